@@ -1,0 +1,89 @@
+"""The `specexit` command. Subcommands grow with the project; each is a thin shell over a module."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+
+
+def _setup_logging(verbose: bool) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+    )
+
+
+def cmd_toy_build(args: argparse.Namespace) -> int:
+    from .toy.build import BuildConfig, build
+    from .toy.paths import TEACHER_DIR
+
+    cfg = BuildConfig()
+    if args.config:
+        cfg = BuildConfig.from_json(json.loads(Path(args.config).read_text()))
+    if args.steps is not None:
+        cfg = BuildConfig.from_json({**cfg.to_json(), "steps": args.steps})
+    build(cfg, Path(args.out or TEACHER_DIR))
+    return 0
+
+
+def cmd_toy_eval(args: argparse.Namespace) -> int:
+    from .toy.evaluate import evaluate
+    from .toy.paths import TEACHER_DIR
+
+    res = evaluate(args.model or TEACHER_DIR, n=args.n, seed=args.seed, split=args.split)
+    if args.json:
+        print(json.dumps(res.to_json(), indent=2))
+    else:
+        for k, v in res.to_json().items():
+            print(f"{k:28s} {v:.4f}" if isinstance(v, float) else f"{k:28s} {v}")
+    return 0
+
+
+def cmd_toy_demo(args: argparse.Namespace) -> int:
+    from .toy.demo import run_demo
+
+    return run_demo(n=args.n, json_out=args.json)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="specexit", description="SpecExit on Ray + vLLM")
+    p.add_argument("-v", "--verbose", action="store_true")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    toy = sub.add_parser("toy", help="the built-in tiny reasoning teacher").add_subparsers(dest="toy_cmd", required=True)
+    b = toy.add_parser("build", help="train the toy teacher from scratch (fixed seed, ~14 min on 2 cores)")
+    b.add_argument("--out", help="output folder (default: the shipped teacher folder)")
+    b.add_argument("--config", help="BuildConfig JSON (default: the shipped recipe)")
+    b.add_argument("--steps", type=int, help="override the number of training steps")
+    b.set_defaults(func=cmd_toy_build)
+
+    e = toy.add_parser("eval", help="accuracy, think length and overthinking of the teacher")
+    e.add_argument("--n", type=int, default=200, help="number of held-out problems")
+    e.add_argument("--model", help="teacher folder (default: the shipped one)")
+    e.add_argument("--split", default="test", choices=["train", "dev", "test"])
+    e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--json", action="store_true", help="print one JSON object")
+    e.set_defaults(func=cmd_toy_eval)
+
+    d = toy.add_parser("demo", help="show the teacher thinking in transformers and vLLM, then evaluate it")
+    d.add_argument("--n", type=int, default=100)
+    d.add_argument("--json", action="store_true")
+    d.set_defaults(func=cmd_toy_demo)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    args = build_parser().parse_args(argv)
+    _setup_logging(args.verbose)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,122 @@
+"""Draft checkpoints in the layout vLLM's Eagle3 drafter loads, plus SpecExit <-> stock converters.
+
+Files: `config.json` (see DraftConfig.to_hf_json) and `model.safetensors` with
+`fc.weight [H(+3), 3Ht]`, `midlayer.*`, `norm.weight`, `lm_head.weight [N, H]`, `d2t [N]`,
+`t2d [V]` and optionally `embed_tokens.weight` (vLLM shares the target's when it is absent).
+A SpecExit checkpoint differs from a stock EAGLE-3 one only in `fc.weight`'s 3 extra rows and the
+`specexit` block of its config; loading one as the other is an error that names the shapes.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from ..signals import SIGNALS
+from .config import DraftConfig
+from .model import SpecExitDraft
+
+
+class CheckpointMismatch(ValueError):
+    """A checkpoint whose tensors do not fit its (or the requested) draft config."""
+
+
+def save_draft(draft: SpecExitDraft, out_dir: str | Path, *, include_embed: bool = True, extra: dict | None = None) -> Path:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    sd = {k: v.detach().contiguous().clone() for k, v in draft.state_dict().items()}
+    if not include_embed:
+        sd.pop("embed_tokens.weight")
+    sd["t2d"] = sd["t2d"].to(torch.bool)
+    save_file(sd, str(out / "model.safetensors"))
+    cfg = draft.cfg.to_hf_json()
+    if extra:
+        cfg.update(extra)
+    (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    return out
+
+
+def read_config(ckpt_dir: str | Path) -> DraftConfig:
+    return DraftConfig.from_hf_json(json.loads((Path(ckpt_dir) / "config.json").read_text()))
+
+
+def check_shapes(cfg: DraftConfig, tensors: dict[str, torch.Tensor], where: str = "") -> None:
+    """Raise CheckpointMismatch naming the first tensor whose shape disagrees with `cfg`."""
+    want = {k: tuple(v.shape) for k, v in SpecExitDraft(cfg).state_dict().items()}
+    fc = tuple(tensors["fc.weight"].shape) if "fc.weight" in tensors else None
+    h, n_aux_in = cfg.hidden_size, 3 * cfg.target_hidden_size
+    if fc is not None and fc != want["fc.weight"]:
+        kind = {
+            (h, n_aux_in): "a stock EAGLE-3 checkpoint (no signal rows)",
+            (h + len(SIGNALS), n_aux_in): "a SpecExit checkpoint (3 signal rows)",
+        }.get(fc, "neither a stock EAGLE-3 nor a SpecExit checkpoint")
+        fix = ("convert it with `specexit draft convert --add-signals`" if fc[0] == h
+               else "convert it with `specexit draft convert --strip-signals`" if fc[0] == h + len(SIGNALS)
+               else "check hidden sizes")
+        raise CheckpointMismatch(
+            f"{where}fc.weight has shape {list(fc)}, expected {list(want['fc.weight'])} for a "
+            f"{'SpecExit' if cfg.signals else 'stock EAGLE-3'} draft: this is {kind}; {fix}"
+        )
+    for k, shape in want.items():
+        if k == "embed_tokens.weight" and k not in tensors:
+            continue
+        if k not in tensors:
+            raise CheckpointMismatch(f"{where}missing tensor {k!r} (expected shape {list(shape)})")
+        if tuple(tensors[k].shape) != shape:
+            raise CheckpointMismatch(f"{where}{k} has shape {list(tensors[k].shape)}, expected {list(shape)}")
+    extra = set(tensors) - set(want)
+    if extra:
+        raise CheckpointMismatch(f"{where}unexpected tensors {sorted(extra)}")
+
+
+def load_draft(ckpt_dir: str | Path, *, target_embed: torch.Tensor | None = None,
+               expect_signals: bool | None = None) -> SpecExitDraft:
+    """Load a draft; `expect_signals=True/False` insists on a SpecExit / stock checkpoint."""
+    ckpt_dir = Path(ckpt_dir)
+    cfg = read_config(ckpt_dir)
+    if expect_signals is not None and bool(cfg.signals) != expect_signals:
+        cfg = cfg.replace(signals=SIGNALS if expect_signals else ())
+    tensors = load_file(str(ckpt_dir / "model.safetensors"))
+    check_shapes(cfg, tensors, where=f"{ckpt_dir}: ")
+    draft = SpecExitDraft(cfg)
+    if "embed_tokens.weight" not in tensors:
+        if target_embed is None:
+            raise CheckpointMismatch(f"{ckpt_dir}: no embed_tokens.weight; pass the target's embedding")
+        tensors["embed_tokens.weight"] = target_embed
+    draft.load_state_dict({k: v.to(torch.bool) if k == "t2d" else v for k, v in tensors.items()}, strict=True)
+    draft.embed_tokens.weight.requires_grad_(False)
+    return draft.float().eval()
+
+
+def convert(src: str | Path, dst: str | Path, *, add_signals: bool) -> Path:
+    """Stock EAGLE-3 -> SpecExit (zero-initialised signal rows: raw 0 = confidence 0.5, progress 0.5,
+    remaining 0) or SpecExit -> stock (signal rows dropped). Other tensors are copied unchanged."""
+    src, dst = Path(src), Path(dst)
+    cfg_json = json.loads((src / "config.json").read_text())
+    cfg = DraftConfig.from_hf_json(cfg_json)
+    tensors = load_file(str(src / "model.safetensors"))
+    fc = tensors["fc.weight"]
+    if add_signals:
+        if cfg.signals or fc.shape[0] != cfg.hidden_size:
+            raise CheckpointMismatch(f"{src}: already has signal rows (fc.weight {list(fc.shape)})")
+        tensors["fc.weight"] = torch.cat([fc, fc.new_zeros(len(SIGNALS), fc.shape[1])], 0)
+        new_cfg = cfg.replace(signals=SIGNALS)
+    else:
+        if not cfg.signals or fc.shape[0] != cfg.hidden_size + len(SIGNALS):
+            raise CheckpointMismatch(f"{src}: has no signal rows to strip (fc.weight {list(fc.shape)})")
+        tensors["fc.weight"] = fc[: cfg.hidden_size].contiguous()
+        new_cfg = cfg.replace(signals=())
+    check_shapes(new_cfg, tensors, where=f"{dst}: ")
+    dst.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(dst / "model.safetensors"))
+    out_json = {k: v for k, v in cfg_json.items() if k not in ("specexit", "architectures")}
+    out_json.update({k: v for k, v in new_cfg.to_hf_json().items() if k in ("specexit", "architectures")})
+    (dst / "config.json").write_text(json.dumps(out_json, indent=2) + "\n")
+    for extra in src.iterdir():  # keep side files (README, training metadata)
+        if extra.name not in ("config.json", "model.safetensors") and extra.is_file():
+            shutil.copy2(extra, dst / extra.name)
+    return dst

@@ -1,0 +1,134 @@
+"""Typed config of the draft, and its mapping to/from the `config.json` vLLM's Eagle3 drafter reads."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+
+from ..signals import ACTIVATIONS, SIGNALS
+
+# vLLM picks the drafter class by this name; the SpecExit plugin registers its own class (the name
+# must start or end with "Eagle3", or vLLM renames it).
+STOCK_ARCH = "LlamaForCausalLMEagle3"
+SPECEXIT_ARCH = "SpecExitLlamaForCausalLMEagle3"
+
+
+@dataclass(frozen=True)
+class DraftConfig:
+    hidden_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int  # the target's
+    draft_vocab_size: int
+    aux_layer_ids: tuple[int, ...]  # target hidden-state indices (0 = embeddings, i = after layer i-1)
+    target_hidden_size: int
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 10000.0
+    max_position_embeddings: int = 2048
+    signals: tuple[str, ...] = SIGNALS  # () for a stock EAGLE-3 drafter
+
+    def __post_init__(self):
+        if len(self.aux_layer_ids) != 3:
+            raise ValueError(f"EAGLE-3 fuses 3 target layers, got aux_layer_ids={self.aux_layer_ids}")
+        if len(set(self.aux_layer_ids)) != 3 or min(self.aux_layer_ids) < 0:
+            raise ValueError(f"aux_layer_ids must be 3 distinct non-negative ids, got {self.aux_layer_ids}")
+        if self.signals not in ((), SIGNALS):
+            raise ValueError(f"signals must be {SIGNALS} or (), got {self.signals}")
+        if not 0 < self.draft_vocab_size <= self.vocab_size:
+            raise ValueError(f"draft_vocab_size {self.draft_vocab_size} not in 1..{self.vocab_size}")
+
+    @property
+    def n_signals(self) -> int:
+        return len(self.signals)
+
+    @property
+    def fc_out(self) -> int:
+        return self.hidden_size + self.n_signals
+
+    @classmethod
+    def for_target(cls, target_cfg, *, aux_layer_ids, draft_vocab_size, signals=SIGNALS) -> "DraftConfig":
+        """A one-layer drafter shaped like the target (same hidden size, heads and head dim)."""
+        return cls(
+            hidden_size=target_cfg.hidden_size,
+            num_attention_heads=target_cfg.num_attention_heads,
+            num_key_value_heads=target_cfg.num_key_value_heads,
+            head_dim=getattr(target_cfg, "head_dim", None) or target_cfg.hidden_size // target_cfg.num_attention_heads,
+            intermediate_size=target_cfg.intermediate_size,
+            vocab_size=target_cfg.vocab_size,
+            draft_vocab_size=draft_vocab_size,
+            aux_layer_ids=tuple(int(i) for i in aux_layer_ids),
+            target_hidden_size=target_cfg.hidden_size,
+            rms_norm_eps=target_cfg.rms_norm_eps,
+            rope_theta=float(getattr(target_cfg, "rope_theta", None)
+                             or (getattr(target_cfg, "rope_parameters", None) or {}).get("rope_theta", 10000.0)),
+            max_position_embeddings=target_cfg.max_position_embeddings,
+            signals=tuple(signals),
+        )
+
+    def to_hf_json(self) -> dict:
+        """`config.json` for vLLM: a one-layer Llama with the Eagle3 fields, plus a `specexit` block."""
+        d = {
+            "architectures": [SPECEXIT_ARCH if self.signals else STOCK_ARCH],
+            "model_type": "llama",
+            "hidden_size": self.hidden_size,
+            "num_attention_heads": self.num_attention_heads,
+            "num_key_value_heads": self.num_key_value_heads,
+            "head_dim": self.head_dim,
+            "intermediate_size": self.intermediate_size,
+            "num_hidden_layers": 1,
+            "vocab_size": self.vocab_size,
+            "draft_vocab_size": self.draft_vocab_size,
+            "target_hidden_size": self.target_hidden_size,
+            "rms_norm_eps": self.rms_norm_eps,
+            "rope_theta": self.rope_theta,
+            "rope_parameters": {"rope_type": "default", "rope_theta": self.rope_theta},
+            "max_position_embeddings": self.max_position_embeddings,
+            "hidden_act": "silu",
+            "tie_word_embeddings": False,
+            "torch_dtype": "float32",
+            "eagle_config": {
+                "eagle_aux_hidden_state_layer_ids": list(self.aux_layer_ids),
+                "use_aux_hidden_state": True,
+            },
+        }
+        if self.signals:
+            d["specexit"] = {
+                "signals": list(self.signals),
+                "activations": [ACTIVATIONS[s] for s in self.signals],
+                "fc_signal_rows": [self.hidden_size, self.hidden_size + len(self.signals)],
+            }
+        return d
+
+    @classmethod
+    def from_hf_json(cls, d: dict) -> "DraftConfig":
+        eagle = d.get("eagle_config") or {}
+        ids = eagle.get("eagle_aux_hidden_state_layer_ids") or d.get("eagle_aux_hidden_state_layer_ids")
+        if not ids:
+            raise ValueError("draft config.json has no eagle_aux_hidden_state_layer_ids")
+        spec = d.get("specexit") or {}
+        return cls(
+            hidden_size=d["hidden_size"],
+            num_attention_heads=d["num_attention_heads"],
+            num_key_value_heads=d.get("num_key_value_heads", d["num_attention_heads"]),
+            head_dim=d.get("head_dim") or d["hidden_size"] // d["num_attention_heads"],
+            intermediate_size=d["intermediate_size"],
+            vocab_size=d["vocab_size"],
+            draft_vocab_size=d.get("draft_vocab_size") or d["vocab_size"],
+            aux_layer_ids=tuple(ids),
+            target_hidden_size=d.get("target_hidden_size", d["hidden_size"]),
+            rms_norm_eps=d.get("rms_norm_eps", 1e-6),
+            rope_theta=d.get("rope_theta") or (d.get("rope_parameters") or {}).get("rope_theta", 10000.0),
+            max_position_embeddings=d.get("max_position_embeddings", 2048),
+            signals=tuple(spec.get("signals", ())),
+        )
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    def replace(self, **kw) -> "DraftConfig":
+        known = {f.name for f in fields(self)}
+        bad = set(kw) - known
+        if bad:
+            raise ValueError(f"unknown DraftConfig fields {sorted(bad)}")
+        return DraftConfig(**{**asdict(self), **kw})

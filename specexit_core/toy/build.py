@@ -1,0 +1,160 @@
+"""`specexit toy build`: train the toy reasoning teacher from scratch (fixed seed, CPU, ~12 min).
+
+Data is generated on the fly from the train split (a fresh problem and a fresh sampled trace per
+sequence), so the model sees slips, corrections and a problem-dependent amount of re-checking.
+The loss covers the assistant's tokens only. Weights are saved as bfloat16 safetensors (a few MB);
+load them in float32 for parity between transformers and vLLM.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import random
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from .model import TeacherArch
+from .task import iter_problems
+from .tokenizer import build_tokenizer
+from .traces import TraceStyle, make_trace
+
+log = logging.getLogger("specexit.toy.build")
+
+
+@dataclass(frozen=True)
+class BuildConfig:
+    seed: int = 0
+    arch: TeacherArch = field(default_factory=TeacherArch)
+    style: TraceStyle = field(default_factory=TraceStyle)
+    steps: int = 1300
+    batch_size: int = 64
+    lr: float = 3e-3
+    min_lr_ratio: float = 0.05
+    warmup_steps: int = 100
+    weight_decay: float = 0.05
+    grad_clip: float = 1.0
+    threads: int = 2
+    bf16_autocast: bool = True
+    bucket_batches: int = 8  # sort this many batches' worth of sequences by length to cut padding
+    log_every: int = 50
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict) -> "BuildConfig":
+        d = dict(d)
+        arch = TeacherArch(**d.pop("arch", {}))
+        style = TraceStyle(**d.pop("style", {}))
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise ValueError(f"unknown BuildConfig keys: {sorted(unknown)}")
+        return cls(arch=arch, style=style, **d)
+
+
+def chat_prompt(tok, user: str) -> str:
+    return tok.apply_chat_template([{"role": "user", "content": user}], tokenize=False, add_generation_prompt=True)
+
+
+def encode_example(tok, prompt: str, completion: str) -> tuple[list[int], list[int]]:
+    p = tok(prompt, add_special_tokens=False)["input_ids"]
+    c = tok(completion + tok.eos_token, add_special_tokens=False)["input_ids"]
+    return p + c, [-100] * len(p) + c
+
+
+def batches(cfg: BuildConfig, tok):
+    """Endless length-bucketed batches of (input_ids, labels, attention_mask)."""
+    rng = random.Random(cfg.seed)
+    probs = iter_problems("train", seed=cfg.seed)
+    pad = tok.pad_token_id
+    while True:
+        exs = []
+        for _ in range(cfg.batch_size * cfg.bucket_batches):
+            p = next(probs)
+            tr = make_trace(p, rng, cfg.style)
+            exs.append(encode_example(tok, chat_prompt(tok, p.prompt), tr.completion))
+        exs.sort(key=lambda e: len(e[0]))
+        chunks = [exs[i : i + cfg.batch_size] for i in range(0, len(exs), cfg.batch_size)]
+        rng.shuffle(chunks)
+        for ch in chunks:
+            n = max(len(e[0]) for e in ch)
+            ids = torch.full((len(ch), n), pad, dtype=torch.long)
+            lab = torch.full((len(ch), n), -100, dtype=torch.long)
+            att = torch.zeros((len(ch), n), dtype=torch.long)
+            for i, (x, y) in enumerate(ch):
+                ids[i, : len(x)] = torch.tensor(x)
+                lab[i, : len(y)] = torch.tensor(y)
+                att[i, : len(x)] = 1
+            yield ids, lab, att
+
+
+def lr_at(cfg: BuildConfig, step: int) -> float:
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    t = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
+    return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * t)))
+
+
+def build(cfg: BuildConfig, out_dir: Path) -> Path:
+    from transformers import GenerationConfig, Qwen3ForCausalLM
+
+    torch.manual_seed(cfg.seed)
+    torch.set_num_threads(cfg.threads)
+    tok = build_tokenizer()
+    hf_cfg = cfg.arch.hf_config(
+        bos_token_id=tok.convert_tokens_to_ids("<|im_start|>"),
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
+    model = Qwen3ForCausalLM(hf_cfg)
+    n_params = sum(p.numel() for p in model.parameters())
+    log.info("toy teacher: %.2fM parameters, %d steps x %d sequences", n_params / 1e6, cfg.steps, cfg.batch_size)
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=cfg.lr,
+        betas=(0.9, 0.95),
+    )
+    model.train()
+    t0, seen_tokens, run_loss = time.time(), 0, 0.0
+    data = batches(cfg, tok)
+    for step in range(cfg.steps):
+        ids, lab, att = next(data)
+        for g in opt.param_groups:
+            g["lr"] = lr_at(cfg, step)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16_autocast):
+            loss = model(input_ids=ids, attention_mask=att, labels=lab).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        seen_tokens += int(att.sum())
+        run_loss += loss.item()
+        if (step + 1) % cfg.log_every == 0 or step + 1 == cfg.steps:
+            el = time.time() - t0
+            log.info(
+                "step %d/%d  loss %.4f  lr %.2e  %.0f tok/s  elapsed %.0fs  eta %.0fs",
+                step + 1, cfg.steps, run_loss / cfg.log_every, lr_at(cfg, step), seen_tokens / el, el,
+                el / (step + 1) * (cfg.steps - step - 1),
+            )
+            run_loss = 0.0
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.config.dtype = torch.bfloat16
+    model.to(torch.bfloat16).save_pretrained(out_dir, safe_serialization=True)
+    tok.save_pretrained(out_dir)
+    GenerationConfig(
+        bos_token_id=hf_cfg.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+        do_sample=False,
+    ).save_pretrained(out_dir)
+    (out_dir / "build_config.json").write_text(json.dumps(cfg.to_json(), indent=2) + "\n")
+    log.info("saved toy teacher to %s (%.0fs)", out_dir, time.time() - t0)
+    return out_dir
