@@ -50,6 +50,27 @@ def cmd_toy_demo(args: argparse.Namespace) -> int:
     return run_demo(n=args.n, json_out=args.json)
 
 
+def cmd_toy_train_draft(args: argparse.Namespace) -> int:
+    from .toy.paths import DRAFT_DIR, TEACHER_DIR
+    from .toy.train_draft import DraftTrainConfig, train_toy_draft
+
+    d = json.loads(Path(args.config).read_text()) if args.config else {}
+    if args.steps is not None:
+        d["steps"] = args.steps
+    cfg = DraftTrainConfig.from_json(d)
+    meta = train_toy_draft(cfg, Path(args.teacher or TEACHER_DIR), Path(args.out or DRAFT_DIR))
+    print(json.dumps(meta["heldout"], indent=2))
+    return 0
+
+
+def cmd_draft_convert(args: argparse.Namespace) -> int:
+    from .draft.checkpoint import convert
+
+    out = convert(args.src, args.dst, add_signals=args.add_signals)
+    print(f"wrote {out}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="specexit", description="SpecExit on Ray + vLLM")
     p.add_argument("-v", "--verbose", action="store_true")
@@ -74,6 +95,21 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--n", type=int, default=100)
     d.add_argument("--json", action="store_true")
     d.set_defaults(func=cmd_toy_demo)
+    t = toy.add_parser("train-draft", help="train the SpecExit draft (EAGLE-3 + signal rows) on teacher traces")
+    t.add_argument("--teacher", help="teacher folder (default: the shipped one)")
+    t.add_argument("--out", help="output folder (default: the shipped draft folder)")
+    t.add_argument("--config", help="DraftTrainConfig JSON (unknown keys are errors)")
+    t.add_argument("--steps", type=int)
+    t.set_defaults(func=cmd_toy_train_draft)
+
+    dr = sub.add_parser("draft", help="draft checkpoints").add_subparsers(dest="draft_cmd", required=True)
+    c = dr.add_parser("convert", help="stock EAGLE-3 <-> SpecExit checkpoint (adds zero signal rows / strips them)")
+    c.add_argument("src")
+    c.add_argument("dst")
+    g = c.add_mutually_exclusive_group(required=True)
+    g.add_argument("--add-signals", action="store_true", dest="add_signals")
+    g.add_argument("--strip-signals", action="store_false", dest="add_signals")
+    c.set_defaults(func=cmd_draft_convert)
     return p
 
 

@@ -27,8 +27,12 @@ class DraftConfig:
     rope_theta: float = 10000.0
     max_position_embeddings: int = 2048
     signals: tuple[str, ...] = SIGNALS  # () for a stock EAGLE-3 drafter
+    # target-tokenizer ids the exit needs: {"think_start": id, "think_end": id, "split": [ids]}
+    token_ids: dict | None = None
 
     def __post_init__(self):
+        if self.token_ids is not None and set(self.token_ids) != {"think_start", "think_end", "split"}:
+            raise ValueError(f"token_ids needs keys think_start, think_end, split; got {sorted(self.token_ids)}")
         if len(self.aux_layer_ids) != 3:
             raise ValueError(f"EAGLE-3 fuses 3 target layers, got aux_layer_ids={self.aux_layer_ids}")
         if len(set(self.aux_layer_ids)) != 3 or min(self.aux_layer_ids) < 0:
@@ -47,7 +51,8 @@ class DraftConfig:
         return self.hidden_size + self.n_signals
 
     @classmethod
-    def for_target(cls, target_cfg, *, aux_layer_ids, draft_vocab_size, signals=SIGNALS) -> "DraftConfig":
+    def for_target(cls, target_cfg, *, aux_layer_ids, draft_vocab_size, signals=SIGNALS,
+                   token_ids: dict | None = None) -> "DraftConfig":
         """A one-layer drafter shaped like the target (same hidden size, heads and head dim)."""
         return cls(
             hidden_size=target_cfg.hidden_size,
@@ -64,6 +69,7 @@ class DraftConfig:
                              or (getattr(target_cfg, "rope_parameters", None) or {}).get("rope_theta", 10000.0)),
             max_position_embeddings=target_cfg.max_position_embeddings,
             signals=tuple(signals),
+            token_ids=token_ids,
         )
 
     def to_hf_json(self) -> dict:
@@ -87,6 +93,8 @@ class DraftConfig:
             "hidden_act": "silu",
             "tie_word_embeddings": False,
             "torch_dtype": "float32",
+            # vLLM's V1 runner reads the nested key, the V2 runner (GPU default) the top-level one
+            "eagle_aux_hidden_state_layer_ids": list(self.aux_layer_ids),
             "eagle_config": {
                 "eagle_aux_hidden_state_layer_ids": list(self.aux_layer_ids),
                 "use_aux_hidden_state": True,
@@ -98,6 +106,8 @@ class DraftConfig:
                 "activations": [ACTIVATIONS[s] for s in self.signals],
                 "fc_signal_rows": [self.hidden_size, self.hidden_size + len(self.signals)],
             }
+            if self.token_ids:
+                d["specexit"]["token_ids"] = dict(self.token_ids)
         return d
 
     @classmethod
@@ -121,6 +131,7 @@ class DraftConfig:
             rope_theta=d.get("rope_theta") or (d.get("rope_parameters") or {}).get("rope_theta", 10000.0),
             max_position_embeddings=d.get("max_position_embeddings", 2048),
             signals=tuple(spec.get("signals", ())),
+            token_ids=spec.get("token_ids"),
         )
 
     def to_json(self) -> dict:

@@ -1,4 +1,4 @@
-"""`specexit toy build`: train the toy reasoning teacher from scratch (fixed seed, CPU, ~12 min).
+"""`specexit toy build`: train the toy reasoning teacher from scratch (fixed seed, CPU, ~14 min).
 
 Data is generated on the fly from the train split (a fresh problem and a fresh sampled trace per
 sequence), so the model sees slips, corrections and a problem-dependent amount of re-checking.
@@ -32,7 +32,7 @@ class BuildConfig:
     seed: int = 0
     arch: TeacherArch = field(default_factory=TeacherArch)
     style: TraceStyle = field(default_factory=TraceStyle)
-    steps: int = 1300
+    steps: int = 1000
     batch_size: int = 64
     lr: float = 3e-3
     min_lr_ratio: float = 0.05

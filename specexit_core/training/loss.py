@@ -146,5 +146,5 @@ class DynamicWeighting(nn.Module):
             else:
                 w = torch.tensor(self.cfg.signal_weight)
                 total = total + w * sig[k]
-            logs[f"w_{k}"] = float(w)
+            logs[f"w_{k}"] = float(w.detach())
         return total, logs

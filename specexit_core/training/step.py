@@ -38,15 +38,15 @@ class SpecExitObjective(nn.Module):
         tok_loss, metrics = ttt_token_loss(
             self.draft, aux, batch.input_ids, target_logits, batch.loss_mask * batch.attention_mask, self.cfg
         )
-        logs = {"token_loss": float(tok_loss), **metrics}
+        logs = {"token_loss": tok_loss.item(), **metrics}
         total = tok_loss
         if self.draft.cfg.signals:
             _, raw = self.draft.fuse(aux)
             sig = signal_losses(raw, batch.confidence, batch.progress, batch.log_remaining,
                                 batch.think_mask & batch.attention_mask.bool())
             total, wlogs = self.weighting(tok_loss, sig)
-            logs.update({f"{k}_loss": float(v) for k, v in sig.items()}, **wlogs)
-        logs["loss"] = float(total)
+            logs.update({f"{k}_loss": v.item() for k, v in sig.items()}, **wlogs)
+        logs["loss"] = total.item()
         return total, logs
 
 

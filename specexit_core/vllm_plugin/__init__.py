@@ -1,0 +1,44 @@
+"""SpecExit as a vLLM general plugin (entry point `vllm.general_plugins: specexit`).
+
+vLLM calls `register()` in every process it starts (front end, engine core, workers), so the
+draft architecture and the runner hook exist wherever the model runs. Off unless the draft is a
+SpecExit draft (architecture `SpecExitLlamaForCausalLMEagle3`, `fc` with 3 signal rows).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from .version import SUPPORTED, check_vllm_version
+
+log = logging.getLogger("specexit.vllm")
+ARCH = "SpecExitLlamaForCausalLMEagle3"
+_registered = False
+
+
+def register() -> None:
+    global _registered
+    if _registered:
+        return
+    check_vllm_version()  # fails start-up with the supported range, never a silent no-op
+    # The exit hook lives in the V1 model runner (the CPU runner subclasses it); GPU vLLM 0.32
+    # defaults to the V2 runner for EAGLE-3, so pin V1 unless the user explicitly asked for V2.
+    if os.environ.get("VLLM_USE_V2_MODEL_RUNNER", "0") not in ("0", "false", "False"):
+        raise RuntimeError("specexit: the SpecExit exit hook supports vLLM's V1 model runner only; "
+                           "unset VLLM_USE_V2_MODEL_RUNNER or set it to 0")
+    os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "0"
+
+    from vllm import ModelRegistry
+
+    if ARCH not in ModelRegistry.get_supported_archs():
+        ModelRegistry.register_model(ARCH, "specexit_core.vllm_plugin.model:SpecExitEagle3LlamaForCausalLM")
+    from .controls import install_request_validation
+    from .runner_hook import install_runner_hook
+
+    install_request_validation()
+    install_runner_hook()
+    _registered = True
+
+
+__all__ = ["register", "ARCH", "SUPPORTED"]

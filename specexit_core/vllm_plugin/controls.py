@@ -1,0 +1,108 @@
+"""Per-request SpecExit controls carried in `SamplingParams.extra_args`.
+
+Offline: `SamplingParams(extra_args={"specexit": {"confidence_threshold": 0.9}})` or
+`{"specexit": False}`. OpenAI server (values must be flat): `"vllm_xargs": {"specexit_enabled": 0,
+"specexit_method": "progress", "specexit_confidence_threshold": 0.9, ...}`. Any field of
+`ExitConfig` may be set. Bad values raise `VLLMValidationError` while the request is built, so
+the OpenAI server answers 400 and the engine never sees them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import fields
+from typing import Any, Mapping
+
+from ..exit_policy import ExitConfig
+
+PREFIX = "specexit_"
+KEY = "specexit"
+FIELDS = tuple(f.name for f in fields(ExitConfig))
+_BOOL_WORDS = {"on": True, "off": False, "true": True, "false": False, "1": True, "0": False}
+
+
+def _coerce(name: str, value: Any) -> Any:
+    """JSON/xargs values arrive as str/int/float: turn them into what ExitConfig expects."""
+    if name == "enabled":
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, (int, float)) and value in (0, 1):
+            return bool(value)
+        if isinstance(value, str) and value.lower() in _BOOL_WORDS:
+            return _BOOL_WORDS[value.lower()]
+        raise ValueError(f"specexit_enabled must be a boolean (true/false/0/1), got {value!r}")
+    if name == "max_think_tokens" and (value is None or value == "none"):
+        return None
+    if name in ("min_think_tokens", "max_think_tokens") and isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and name != "method":
+        try:
+            num = float(value)
+        except ValueError:
+            raise ValueError(f"specexit_{name} must be a number, got {value!r}") from None
+        return int(num) if name.endswith("_tokens") and num.is_integer() else num
+    return value
+
+
+def overrides_from_extra_args(extra_args: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The ExitConfig overrides a request asks for (validated names, coerced values)."""
+    if not extra_args:
+        return {}
+    out: dict[str, Any] = {}
+    if KEY in extra_args:
+        v = extra_args[KEY]
+        if isinstance(v, Mapping):
+            for k, x in v.items():
+                if k not in FIELDS:
+                    raise ValueError(f"unknown SpecExit control {k!r}; known: {', '.join(FIELDS)}")
+                out[k] = _coerce(k, x)
+        else:
+            out["enabled"] = _coerce("enabled", v)
+    for k, v in extra_args.items():
+        if not k.startswith(PREFIX):
+            continue
+        name = k[len(PREFIX):]
+        if name not in FIELDS:
+            raise ValueError(f"unknown SpecExit control {k!r}; known: {', '.join(PREFIX + f for f in FIELDS)}")
+        out[name] = _coerce(name, v)
+    return out
+
+
+def request_exit_config(extra_args: Mapping[str, Any] | None, defaults: ExitConfig) -> ExitConfig:
+    return defaults.with_overrides(overrides_from_extra_args(extra_args))
+
+
+def server_defaults(draft_specexit_block: Mapping[str, Any] | None = None) -> ExitConfig:
+    """Defaults: ExitConfig() <- the draft's `specexit.exit_defaults` <- $SPECEXIT_EXIT_CONFIG
+    (a JSON object, or a path to a JSON file such as the one `specexit calibrate` writes)."""
+    cfg = ExitConfig()
+    if draft_specexit_block and draft_specexit_block.get("exit_defaults"):
+        cfg = cfg.with_overrides(draft_specexit_block["exit_defaults"])
+    env = os.environ.get("SPECEXIT_EXIT_CONFIG")
+    if env:
+        text = env if env.lstrip().startswith("{") else open(env).read()
+        data = json.loads(text)
+        cfg = cfg.with_overrides(data.get("exit", data))
+    return cfg
+
+
+def install_request_validation() -> None:
+    """Validate SpecExit controls when SamplingParams are built (front-end process)."""
+    from vllm.exceptions import VLLMValidationError
+    from vllm.sampling_params import SamplingParams
+
+    if getattr(SamplingParams, "_specexit_patched", False):
+        return
+    orig = SamplingParams._verify_args
+
+    def _verify_args(self) -> None:
+        orig(self)
+        if self.extra_args:
+            try:
+                request_exit_config(self.extra_args, ExitConfig())
+            except ValueError as e:
+                raise VLLMValidationError(f"invalid SpecExit control: {e}", parameter="vllm_xargs") from None
+
+    SamplingParams._verify_args = _verify_args
+    SamplingParams._specexit_patched = True

@@ -1,0 +1,49 @@
+"""The SpecExit drafter inside vLLM: stock Eagle3 Llama with `fc` widened by the 3 signal rows.
+
+`combine_hidden_states` hands the proposer only the first H outputs (what a stock drafter
+computes); the runner hook reads the signal rows itself (`signal_weight`) on the verified rows.
+"""
+
+from __future__ import annotations
+
+import torch
+from vllm.config import VllmConfig
+from vllm.model_executor.layers.linear import ReplicatedLinear
+from vllm.model_executor.models.llama_eagle3 import Eagle3LlamaForCausalLM
+from vllm.model_executor.models.utils import maybe_prefix
+
+N_SIGNALS = 3
+
+
+class SpecExitEagle3LlamaForCausalLM(Eagle3LlamaForCausalLM):
+    def __init__(self, *, vllm_config: VllmConfig, prefix: str = ""):
+        super().__init__(vllm_config=vllm_config, prefix=prefix)
+        spec = getattr(self.config, "specexit", None) or {}
+        if list(spec.get("signals", [])) != ["confidence", "progress", "remaining"]:
+            raise ValueError(f"{type(self).__name__} needs a SpecExit draft config (specexit.signals); got {spec!r}")
+        inner = self.model
+        self.hidden_size = self.config.hidden_size
+        inner.fc = ReplicatedLinear(
+            input_size=inner.fc_input_size,
+            output_size=self.hidden_size + N_SIGNALS,
+            bias=False,
+            params_dtype=vllm_config.model_config.dtype,
+            quant_config=None,
+            prefix=maybe_prefix(maybe_prefix(prefix, "model"), "fc"),
+            return_bias=False,
+        )
+        self.specexit = spec
+
+    def combine_hidden_states(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return super().combine_hidden_states(hidden_states)[..., : self.hidden_size]
+
+    def load_weights(self, weights):
+        out = super().load_weights(weights)
+        # Keep our own copy of the 3 signal rows: backends may repack `fc.weight` after loading
+        # (vLLM's CPU backend swaps it for a oneDNN handle and leaves an empty tensor).
+        self._signal_weight = self.model.fc.weight[self.hidden_size :].detach().clone().float()
+        return out
+
+    def signal_weight(self) -> torch.Tensor:
+        """[3, 3*Ht] raw signal rows of fc (confidence, progress, remaining), float32."""
+        return self._signal_weight

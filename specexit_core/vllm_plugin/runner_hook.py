@@ -1,0 +1,230 @@
+"""The exit inside vLLM's V1 model runner (`GPUModelRunner`, which `CPUModelRunner` subclasses).
+
+Hook point: `sample_tokens`, after the target forward and before rejection sampling. For every
+request the step's logit rows are [last committed token, draft_1 .. draft_k]; row j predicts the
+token after input j. We compute the signals of the inputs from the target's aux hidden states
+with the draft's `fc` signal rows (no extra forward pass), then replay the exit policy:
+
+* committed tokens go through the request's persistent `ExitTracker` (signals of every earlier
+  committed token are known);
+* drafts go through a copy of it, hypothetically: if input j is a split token whose check passes,
+  row j's `</think>` logit is set to 1e9. If drafts 1..j are accepted, the token after the split
+  token is `</think>` -- exactly where the reference engine puts it; if one is rejected earlier,
+  nothing happened and the next step decides again from the committed text.
+
+The decision therefore depends only on the committed tokens and their signals, never on how many
+drafts a step accepted.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from ..exit_policy import ExitConfig, ExitDecision, ExitTracker
+from .controls import request_exit_config, server_defaults
+
+log = logging.getLogger("specexit.vllm")
+FORCE_LOGIT = 1e9
+
+
+@dataclass
+class _ReqState:
+    cfg: ExitConfig
+    tracker: ExitTracker | None  # None: SpecExit off for this request
+    n_prompt: int
+    appended: int = 0  # output tokens fed to the tracker
+    n_sig: int = 0  # signals fed to the tracker
+    sigs: dict[int, tuple[float, float, float]] = field(default_factory=dict)  # generated idx -> signals
+    step_inputs: list[int] = field(default_factory=list)  # generated idx of this step's inputs
+    step_sigs: list[tuple[float, float, float]] = field(default_factory=list)
+    forced: tuple[int, ExitDecision] | None = None  # (row j, decision) forced this step
+    exit: ExitDecision | None = None  # realised exit
+
+
+class SpecExitRunnerState:
+    """Per-runner state: ids, defaults, per-request trackers, counters."""
+
+    def __init__(self, runner, drafter_model):
+        self.model = drafter_model
+        spec = dict(getattr(drafter_model.config, "specexit", None) or {})
+        ids = spec.get("token_ids") or {}
+        missing = [k for k in ("think_start", "think_end", "split") if k not in ids]
+        if missing:
+            raise ValueError(f"SpecExit draft config lacks specexit.token_ids {missing}")
+        self.think_start, self.think_end = int(ids["think_start"]), int(ids["think_end"])
+        self.split_ids = frozenset(int(t) for t in ids["split"])
+        self.defaults = server_defaults(spec)
+        self.reqs: dict[str, _ReqState] = {}
+        self.counters = {"requests": 0, "exits": 0, "think_tokens_saved_est": 0, "steps": 0}
+        self.event_dir = os.environ.get("SPECEXIT_TELEMETRY_DIR")
+        log.info("SpecExit active: defaults %s, split ids %s", self.defaults.to_dict(), sorted(self.split_ids))
+
+    # -- request bookkeeping -------------------------------------------------------------------
+    def _state(self, runner, req_id: str) -> _ReqState:
+        st = self.reqs.get(req_id)
+        if st is None:
+            rs = runner.requests[req_id]
+            extra = rs.sampling_params.extra_args if rs.sampling_params is not None else None
+            cfg = request_exit_config(extra, self.defaults)  # validated in the front end already
+            tracker = (ExitTracker(cfg, split_token_ids=self.split_ids, think_start_id=self.think_start,
+                                   think_end_id=self.think_end, in_think=True) if cfg.enabled else None)
+            st = self.reqs[req_id] = _ReqState(cfg=cfg, tracker=tracker, n_prompt=rs.num_prompt_tokens)
+            self.counters["requests"] += 1
+        return st
+
+    def prune(self, runner) -> None:
+        for rid in [r for r in self.reqs if r not in runner.requests]:
+            del self.reqs[rid]
+
+    # -- the step --------------------------------------------------------------------------------
+    @torch.inference_mode()
+    def before_sample(self, runner, exec_state) -> None:
+        sdm = exec_state.spec_decode_metadata
+        aux = exec_state.aux_hidden_states
+        if sdm is None or not aux:
+            return
+        self.counters["steps"] += 1
+        self.prune(runner)
+        idx = sdm.logits_indices
+        feats = torch.cat([h[idx] for h in aux], dim=-1)
+        w = self.model.signal_weight()
+        raw = (feats.to(w.dtype) @ w.t()).float()
+        sig = torch.stack([torch.sigmoid(raw[:, 0]), torch.sigmoid(raw[:, 1]),
+                           torch.expm1(raw[:, 2].clamp(max=20.0)).clamp(min=0.0)], -1).tolist()
+        toks = _tensor(runner.input_ids)[idx].tolist()
+        pos = _tensor(runner.positions)[idx].tolist()
+        cu = sdm.cu_num_sampled_tokens.tolist()
+        num_reqs = len(cu)
+        discard = runner.discard_request_mask.np[:num_reqs] if hasattr(runner, "discard_request_mask") else None
+        logits = exec_state.logits
+        for r, req_id in enumerate(runner.input_batch.req_ids[:num_reqs]):
+            if discard is not None and discard[r]:
+                continue
+            st = self._state(runner, req_id)
+            st.forced = None
+            st.step_inputs, st.step_sigs = [], []
+            if st.tracker is None or st.tracker.exited or not st.tracker.in_think and st.appended > 0:
+                continue
+            start = cu[r - 1] if r else 0
+            rows = range(start, cu[r])
+            gen = [pos[i] - st.n_prompt for i in rows]
+            if gen[0] < 0:  # prefill row: the input is a prompt token
+                continue
+            st.step_inputs = gen
+            st.step_sigs = [tuple(sig[i]) for i in rows]
+            st.sigs[gen[0]] = st.step_sigs[0]  # input 0 is the last committed token
+            j = self._decide(runner, req_id, st, [toks[i] for i in rows])
+            if j is not None:
+                logits[start + j, self.think_end] = FORCE_LOGIT
+
+    def _decide(self, runner, req_id: str, st: _ReqState, inputs: list[int]) -> int | None:
+        out = runner.requests[req_id].output_token_ids
+        tr = st.tracker
+        # 1) catch the committed tracker up; the last committed token is input 0
+        for g in range(st.appended, len(out)):
+            self._feed_signals(st, tr, upto=g)
+            dec = tr.append(out[g])
+            st.appended = g + 1
+            if dec is not None:
+                if g == len(out) - 1:  # the split token is input 0: force the next token now
+                    st.forced = (0, dec)
+                    return 0
+                if out[g + 1] != self.think_end:  # a forced </think> that did not happen (e.g. grammar)
+                    log.warning("specexit: exit for %s at token %d was not realised", req_id, g)
+                return None
+        if not tr.in_think:
+            return None
+        # 2) hypothetical: drafts 1..k
+        if len(inputs) == 1:
+            return None
+        hyp = copy.deepcopy(tr)
+        for j in range(1, len(inputs)):
+            hyp.add_signal(st.step_sigs[j - 1]) if j > 1 else None
+            dec = hyp.append(inputs[j])
+            if dec is not None:
+                st.forced = (j, dec)
+                return j
+            if not hyp.in_think:
+                return None
+        return None
+
+    @staticmethod
+    def _feed_signals(st: _ReqState, tr: ExitTracker, upto: int) -> None:
+        while st.n_sig <= upto and st.n_sig in st.sigs:
+            tr.add_signal(st.sigs.pop(st.n_sig))
+            st.n_sig += 1
+
+    def after_sample(self, runner, output) -> None:
+        req_ids = getattr(output, "req_ids", None)
+        sampled = getattr(output, "sampled_token_ids", None)
+        if not req_ids or sampled is None:
+            return
+        for r, req_id in enumerate(req_ids):
+            st = self.reqs.get(req_id)
+            if st is None or not st.step_inputs or r >= len(sampled):
+                continue
+            toks = sampled[r]
+            m = len(toks)
+            for j in range(1, min(m, len(st.step_inputs))):  # accepted drafts: their signals are real
+                st.sigs[st.step_inputs[j]] = st.step_sigs[j]
+            if st.forced is not None:
+                j, dec = st.forced
+                if j < m and toks[j] == self.think_end:  # the forced </think> was committed
+                    st.exit = dec
+                    self.counters["exits"] += 1
+                    self._emit(req_id, st)
+
+    def _emit(self, req_id: str, st: _ReqState) -> None:
+        if not self.event_dir:
+            return
+        ev = {"req_id": req_id, "time": time.time(), "exit_index": st.exit.index, "reason": st.exit.reason,
+              "think_tokens": st.exit.think_tokens, "smoothed": st.exit.smoothed}
+        os.makedirs(self.event_dir, exist_ok=True)
+        with open(os.path.join(self.event_dir, f"exits-{os.getpid()}.jsonl"), "a") as f:
+            f.write(json.dumps(ev) + "\n")
+
+
+def _tensor(buf) -> torch.Tensor:
+    """The GPU runner keeps CpuGpuBuffers (`.gpu`), the CPU runner plain tensors."""
+    return buf.gpu if hasattr(buf, "gpu") else buf
+
+
+def _drafter_model(runner):
+    drafter = getattr(runner, "drafter", None)
+    model = getattr(drafter, "model", None)
+    if model is not None and hasattr(model, "unwrap"):
+        model = model.unwrap()
+    return model if model is not None and hasattr(model, "signal_weight") else None
+
+
+def install_runner_hook() -> None:
+    from vllm.v1.worker import gpu_model_runner as gmr
+
+    cls = gmr.GPUModelRunner
+    if getattr(cls, "_specexit_patched", False):
+        return
+    orig = cls.sample_tokens
+
+    def sample_tokens(self, grammar_output):
+        st = getattr(self, "_specexit", None)
+        if st is None and not getattr(self, "_specexit_checked", False):
+            self._specexit_checked = True
+            model = _drafter_model(self)
+            if model is not None:
+                st = self._specexit = SpecExitRunnerState(self, model)
+        if st is not None and self.execute_model_state is not None:
+            st.before_sample(self, self.execute_model_state)
+        out = orig(self, grammar_output)
+        if st is not None:
+            st.after_sample(self, out)
+        return out
+
+    cls.sample_tokens = sample_tokens
+    cls._specexit_patched = True
