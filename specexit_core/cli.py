@@ -71,6 +71,12 @@ def cmd_draft_convert(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_vllm(args: argparse.Namespace) -> int:
+    from .bench.vllm_bench import main as bench_main
+
+    return bench_main(n=args.n, as_json=args.json)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="specexit", description="SpecExit on Ray + vLLM")
     p.add_argument("-v", "--verbose", action="store_true")
@@ -110,6 +116,13 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--add-signals", action="store_true", dest="add_signals")
     g.add_argument("--strip-signals", action="store_false", dest="add_signals")
     c.set_defaults(func=cmd_draft_convert)
+
+    be = sub.add_parser("bench", help="benchmarks (methods side by side, one run)").add_subparsers(
+        dest="bench_cmd", required=True)
+    bv = be.add_parser("vllm", help="EAGLE-3 only vs SpecExit inside vLLM on the toy test split")
+    bv.add_argument("--n", type=int, default=50)
+    bv.add_argument("--json", action="store_true")
+    bv.set_defaults(func=cmd_bench_vllm)
     return p
 
 

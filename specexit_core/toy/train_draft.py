@@ -180,7 +180,8 @@ def train_toy_draft(cfg: DraftTrainConfig, teacher_dir: Path, out_dir: Path) -> 
         batch = collate(rng.sample(train, cfg.batch_size), tok.pad_token_id, tok.eos_token_id)
         logs = train_step(obj, opt, target, batch)
         if (step + 1) % cfg.log_every == 0 or step == 0:
-            log.info("step %d/%d loss %.3f tok %.3f acc0 %.2f acc2 %.2f conf %.3f prog %.3f rem %.3f (%.0fs)",
+            log.info("step %d/%d loss %.3f token_loss %.3f acc0 %.2f acc2 %.2f confidence_loss %.3f progress_loss %.3f "
+                     "remaining_loss %.3f (%.0fs)",
                      step + 1, cfg.steps, logs["loss"], logs["token_loss"], logs["acc_0"], logs.get("acc_2", 0),
                      logs["confidence_loss"], logs["progress_loss"], logs["remaining_loss"], time.time() - t0)
     draft.eval()

@@ -228,3 +228,15 @@ def install_runner_hook() -> None:
 
     cls.sample_tokens = sample_tokens
     cls._specexit_patched = True
+
+
+def live_request_ids(worker) -> list[str]:
+    """For `collective_rpc`: the request ids the SpecExit hook holds state for in this worker."""
+    st = getattr(worker.model_runner, "_specexit", None)
+    return sorted(st.reqs) if st is not None else []
+
+
+def runner_counters(worker) -> dict:
+    """For `collective_rpc`: this worker's SpecExit counters (requests, exits, steps)."""
+    st = getattr(worker.model_runner, "_specexit", None)
+    return dict(st.counters) if st is not None else {}

@@ -1,0 +1,1 @@
+"""Benchmarks: every method in one run on the same engine build, reported as ratios."""

@@ -1,0 +1,62 @@
+"""Per-request SpecExit controls and the version gate (no engine needed)."""
+
+import pytest
+
+from specexit_core.exit_policy import ExitConfig
+from specexit_core.vllm_plugin.controls import overrides_from_extra_args, request_exit_config, server_defaults
+from specexit_core.vllm_plugin.version import check_vllm_version, is_supported
+
+
+def test_flat_keys_from_openai_vllm_xargs():
+    cfg = request_exit_config({"specexit_method": "progress", "specexit_progress_threshold": "0.5",
+                               "specexit_max_think_tokens": 64.0, "other": 1}, ExitConfig())
+    assert cfg.method == "progress" and cfg.progress_threshold == 0.5 and cfg.max_think_tokens == 64
+
+
+@pytest.mark.parametrize("v,want", [(False, False), (0, False), ("off", False), ("true", True), (1, True)])
+def test_switch(v, want):
+    assert request_exit_config({"specexit": v}, ExitConfig()).enabled is want
+    assert request_exit_config({"specexit_enabled": v}, ExitConfig()).enabled is want
+
+
+def test_nested_dict_offline():
+    cfg = request_exit_config({"specexit": {"confidence_threshold": 0.95, "alpha": 0.2}}, ExitConfig())
+    assert cfg.confidence_threshold == 0.95 and cfg.alpha == 0.2
+
+
+@pytest.mark.parametrize("args,msg", [
+    ({"specexit_threshold": 1}, "unknown SpecExit control 'specexit_threshold'"),
+    ({"specexit": {"bogus": 1}}, "unknown SpecExit control 'bogus'"),
+    ({"specexit_alpha": "x"}, "must be a number"),
+    ({"specexit_alpha": 0}, "alpha"),
+    ({"specexit_confidence_threshold": 1.5}, "confidence_threshold"),
+    ({"specexit_method": "vibes"}, "vibes"),
+    ({"specexit_enabled": "maybe"}, "boolean"),
+    ({"specexit_min_think_tokens": -1}, "min_think_tokens"),
+])
+def test_bad_controls_are_clear_errors(args, msg):
+    with pytest.raises(ValueError, match=msg):
+        request_exit_config(args, ExitConfig())
+
+
+def test_no_args_no_overrides():
+    assert overrides_from_extra_args(None) == {} and overrides_from_extra_args({"x": 1}) == {}
+
+
+def test_server_defaults_from_draft_block_and_env(monkeypatch, tmp_path):
+    assert server_defaults({"exit_defaults": {"confidence_threshold": 0.7}}).confidence_threshold == 0.7
+    f = tmp_path / "exit.json"
+    f.write_text('{"exit": {"remaining_threshold": 50}}')
+    monkeypatch.setenv("SPECEXIT_EXIT_CONFIG", str(f))
+    cfg = server_defaults({"exit_defaults": {"confidence_threshold": 0.7}})
+    assert cfg.confidence_threshold == 0.7 and cfg.remaining_threshold == 50
+    monkeypatch.setenv("SPECEXIT_EXIT_CONFIG", '{"bogus": 1}')
+    with pytest.raises(ValueError, match="bogus"):
+        server_defaults()
+
+
+def test_version_gate():
+    assert is_supported("0.32.0") and is_supported("0.32.7+cpu")
+    assert not is_supported("0.31.2") and not is_supported("0.33.0")
+    with pytest.raises(RuntimeError, match=r"supports vLLM >=0.32.0 <0.33.0.*found 0.31.0"):
+        check_vllm_version("0.31.0")

@@ -1,0 +1,92 @@
+"""SpecExit through vLLM's own OpenAI server (`python -m vllm.entrypoints.openai.api_server`)."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+import requests
+
+from specexit_core.toy.paths import DRAFT_DIR, TEACHER_DIR
+from specexit_core.toy.task import grade, problems
+
+pytestmark = pytest.mark.vllm
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    port = free_port()
+    env = dict(os.environ, HF_HUB_OFFLINE="1", VLLM_CPU_KVCACHE_SPACE="1", VLLM_CPU_OMP_THREADS_BIND="0-1")
+    spec = json.dumps({"method": "eagle3", "model": str(DRAFT_DIR), "num_speculative_tokens": 3})
+    log = open(tmp_path_factory.mktemp("server") / "server.log", "w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(TEACHER_DIR),
+         "--served-model-name", "specexit-toy", "--speculative-config", spec, "--dtype", "float32",
+         "--enforce-eager", "--max-model-len", "512", "--host", "127.0.0.1", "--port", str(port)],
+        env=env, stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(240):
+            if proc.poll() is not None:
+                raise RuntimeError(f"server exited: {open(log.name).read()[-3000:]}")
+            try:
+                if requests.get(base + "/health", timeout=1).status_code == 200:
+                    break
+            except requests.ConnectionError:
+                pass
+            time.sleep(1)
+        else:
+            raise RuntimeError("server did not become healthy")
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def chat(base, content, **extra):
+    return requests.post(base + "/v1/chat/completions", timeout=120, json={
+        "model": "specexit-toy", "messages": [{"role": "user", "content": content}],
+        "max_tokens": 400, "temperature": 0, **extra})
+
+
+def test_openai_client_with_and_without_exit(server):
+    from openai import OpenAI
+
+    client = OpenAI(base_url=server + "/v1", api_key="unused")
+    p = problems("test", 1, seed=99)[0]
+    on = client.chat.completions.create(model="specexit-toy", messages=[{"role": "user", "content": p.prompt}],
+                                        max_tokens=400, temperature=0)
+    off = client.chat.completions.create(model="specexit-toy", messages=[{"role": "user", "content": p.prompt}],
+                                         max_tokens=400, temperature=0, extra_body={"vllm_xargs": {"specexit_enabled": 0}})
+    forced = client.chat.completions.create(
+        model="specexit-toy", messages=[{"role": "user", "content": p.prompt}], max_tokens=400, temperature=0,
+        extra_body={"vllm_xargs": {"specexit_method": "progress", "specexit_progress_threshold": 0.0}})
+    t_on, t_off, t_forced = (r.choices[0].message.content for r in (on, off, forced))
+    assert "</think>" in t_off and grade(t_off, p.answer)
+    assert len(t_on) <= len(t_off)
+    # progress > 0 passes at the first paragraph break: exactly one paragraph of thought
+    assert t_forced.split("</think>")[0].count("\n\n") == 1
+
+
+@pytest.mark.parametrize("xargs,needle", [
+    ({"specexit_confidence_threshold": 3}, "confidence_threshold"),
+    ({"specexit_nope": 1}, "unknown SpecExit control"),
+    ({"specexit_enabled": "perhaps"}, "boolean"),
+])
+def test_invalid_controls_get_400_and_server_keeps_serving(server, xargs, needle):
+    r = chat(server, "Compute from left to right : 1 + 2", vllm_xargs=xargs)
+    assert r.status_code == 400, r.text
+    assert needle in r.text
+    assert chat(server, "Compute from left to right : 1 + 2").status_code == 200
