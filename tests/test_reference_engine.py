@@ -80,7 +80,7 @@ def test_exit_enabled_equals_greedy_up_to_split_then_answers(engines, greedy, sp
         assert r.token_ids[: i + 1] == g.token_ids[: i + 1]  # identical text up to the split token
         assert r.token_ids[i] == brk and r.token_ids[i + 1] == close  # then </think>
         assert extract_answer(r.text) is not None  # then an answer
-        assert r.think_tokens == i + 1 < g.think_tokens
+        assert r.think_tokens == i + 1 <= g.think_tokens  # (= when greedy closed there anyway)
     assert exited >= N_PROMPTS // 2
     saved = 1 - sum(r.think_tokens for r in spec_on) / sum(g.think_tokens for g in greedy)
     assert saved > 0.3, saved

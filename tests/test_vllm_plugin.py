@@ -138,7 +138,7 @@ def test_invalid_controls_are_rejected_and_engine_keeps_serving(llm, prompts):
     from vllm import SamplingParams
     from vllm.exceptions import VLLMValidationError
 
-    with pytest.raises(VLLMValidationError, match="specexit_confidence_threshold"):
+    with pytest.raises(VLLMValidationError, match="confidence_threshold must be in"):
         SamplingParams(max_tokens=5, extra_args={"specexit_confidence_threshold": 2})
     with pytest.raises(VLLMValidationError, match="unknown SpecExit control"):
         SamplingParams(max_tokens=5, extra_args={"specexit_bogus": 1})
@@ -146,9 +146,7 @@ def test_invalid_controls_are_rejected_and_engine_keeps_serving(llm, prompts):
 
 
 def test_per_worker_counters(llm):
-    from specexit_core.vllm_plugin.runner_hook import runner_counters
-
-    c = llm.collective_rpc(runner_counters)[0]
+    c = llm.collective_rpc("specexit_counters")[0]
     assert c["requests"] > 0 and c["exits"] > 0 and c["steps"] > 0
 
 
@@ -166,8 +164,6 @@ def test_streaming_with_aborts_leaves_no_state(prompts, reference, teacher, tele
     from vllm import SamplingParams
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.v1.engine.async_llm import AsyncLLM
-
-    from specexit_core.vllm_plugin.runner_hook import live_request_ids
 
     _, tok = teacher
     apply_cpu_defaults()
@@ -192,7 +188,7 @@ def test_streaming_with_aborts_leaves_no_state(prompts, reference, teacher, tele
             # one more request so the runner processes the finished/aborted ids
             async for _ in engine.generate({"prompt_token_ids": prompts[0]}, SamplingParams(max_tokens=2), "tail"):
                 pass
-            live = (await engine.collective_rpc(live_request_ids))[0]
+            live = (await engine.collective_rpc("specexit_live_request_ids"))[0]
             return results, live
         finally:
             engine.shutdown()

@@ -44,7 +44,7 @@ class _ReqState:
     sigs: dict[int, tuple[float, float, float]] = field(default_factory=dict)  # generated idx -> signals
     step_inputs: list[int] = field(default_factory=list)  # generated idx of this step's inputs
     step_sigs: list[tuple[float, float, float]] = field(default_factory=list)
-    forced: tuple[int, ExitDecision] | None = None  # (row j, decision) forced this step
+    pending: tuple[int, int, ExitDecision] | None = None  # forced: (split token idx, token, decision)
     exit: ExitDecision | None = None  # realised exit
 
 
@@ -83,7 +83,7 @@ class SpecExitRunnerState:
         for rid in [r for r in self.reqs if r not in runner.requests]:
             del self.reqs[rid]
 
-    # -- the step --------------------------------------------------------------------------------
+    # -- the step ----------------------------------------------------------------------------------
     @torch.inference_mode()
     def before_sample(self, runner, exec_state) -> None:
         sdm = exec_state.spec_decode_metadata
@@ -108,15 +108,19 @@ class SpecExitRunnerState:
             if discard is not None and discard[r]:
                 continue
             st = self._state(runner, req_id)
-            st.forced = None
-            st.step_inputs, st.step_sigs = [], []
-            if st.tracker is None or st.tracker.exited or not st.tracker.in_think and st.appended > 0:
+            if st.tracker is None:
                 continue
             start = cu[r - 1] if r else 0
             rows = range(start, cu[r])
             gen = [pos[i] - st.n_prompt for i in rows]
             if gen[0] < 0:  # prefill row: the input is a prompt token
                 continue
+            # Last step's inputs below this step's first input were committed (input 0 and the
+            # accepted drafts); rejected drafts sat at indices >= gen[0]. No need to see the
+            # sampler output, so this also holds with async scheduling.
+            for g, v in zip(st.step_inputs, st.step_sigs):
+                if g < gen[0]:
+                    st.sigs[g] = v
             st.step_inputs = gen
             st.step_sigs = [tuple(sig[i]) for i in rows]
             st.sigs[gen[0]] = st.step_sigs[0]  # input 0 is the last committed token
@@ -127,6 +131,9 @@ class SpecExitRunnerState:
     def _decide(self, runner, req_id: str, st: _ReqState, inputs: list[int]) -> int | None:
         out = runner.requests[req_id].output_token_ids
         tr = st.tracker
+        self._check_realised(req_id, st, out)
+        if tr.exited:
+            return None
         # 1) catch the committed tracker up; the last committed token is input 0
         for g in range(st.appended, len(out)):
             self._feed_signals(st, tr, upto=g)
@@ -134,52 +141,44 @@ class SpecExitRunnerState:
             st.appended = g + 1
             if dec is not None:
                 if g == len(out) - 1:  # the split token is input 0: force the next token now
-                    st.forced = (0, dec)
+                    st.pending = (g, out[g], dec)
                     return 0
-                if out[g + 1] != self.think_end:  # a forced </think> that did not happen (e.g. grammar)
-                    log.warning("specexit: exit for %s at token %d was not realised", req_id, g)
+                if st.exit is None and (st.pending is None or st.pending[0] != g):
+                    log.warning("specexit: exit for %s at token %d was not forced in time", req_id, g)
                 return None
-        if not tr.in_think:
+        if not tr.in_think or len(inputs) == 1:
             return None
-        # 2) hypothetical: drafts 1..k
-        if len(inputs) == 1:
-            return None
+        # 2) hypothetically, drafts 1..k (a copy: the committed state only moves on real tokens)
         hyp = copy.deepcopy(tr)
         for j in range(1, len(inputs)):
-            hyp.add_signal(st.step_sigs[j - 1]) if j > 1 else None
+            if j > 1:
+                hyp.add_signal(st.step_sigs[j - 1])
             dec = hyp.append(inputs[j])
             if dec is not None:
-                st.forced = (j, dec)
+                st.pending = (st.step_inputs[j], inputs[j], dec)
                 return j
             if not hyp.in_think:
                 return None
         return None
+
+    def _check_realised(self, req_id: str, st: _ReqState, out: list[int]) -> None:
+        """A forced exit counts once `</think>` is committed right after the split token."""
+        if st.pending is None:
+            return
+        g, tok, dec = st.pending
+        if len(out) <= g + 1:
+            return  # not decided yet (a draft before the split token may still be pending)
+        st.pending = None
+        if out[g] == tok and out[g + 1] == self.think_end:
+            st.exit = dec
+            self.counters["exits"] += 1
+            self._emit(req_id, st)
 
     @staticmethod
     def _feed_signals(st: _ReqState, tr: ExitTracker, upto: int) -> None:
         while st.n_sig <= upto and st.n_sig in st.sigs:
             tr.add_signal(st.sigs.pop(st.n_sig))
             st.n_sig += 1
-
-    def after_sample(self, runner, output) -> None:
-        req_ids = getattr(output, "req_ids", None)
-        sampled = getattr(output, "sampled_token_ids", None)
-        if not req_ids or sampled is None:
-            return
-        for r, req_id in enumerate(req_ids):
-            st = self.reqs.get(req_id)
-            if st is None or not st.step_inputs or r >= len(sampled):
-                continue
-            toks = sampled[r]
-            m = len(toks)
-            for j in range(1, min(m, len(st.step_inputs))):  # accepted drafts: their signals are real
-                st.sigs[st.step_inputs[j]] = st.step_sigs[j]
-            if st.forced is not None:
-                j, dec = st.forced
-                if j < m and toks[j] == self.think_end:  # the forced </think> was committed
-                    st.exit = dec
-                    self.counters["exits"] += 1
-                    self._emit(req_id, st)
 
     def _emit(self, req_id: str, st: _ReqState) -> None:
         if not self.event_dir:
@@ -221,13 +220,16 @@ def install_runner_hook() -> None:
                 st = self._specexit = SpecExitRunnerState(self, model)
         if st is not None and self.execute_model_state is not None:
             st.before_sample(self, self.execute_model_state)
-        out = orig(self, grammar_output)
-        if st is not None:
-            st.after_sample(self, out)
-        return out
+        return orig(self, grammar_output)
 
     cls.sample_tokens = sample_tokens
     cls._specexit_patched = True
+
+    # worker methods for `collective_rpc("specexit_counters")` (strings: no pickled functions needed)
+    from vllm.v1.worker.worker_base import WorkerBase
+
+    WorkerBase.specexit_counters = runner_counters
+    WorkerBase.specexit_live_request_ids = live_request_ids
 
 
 def live_request_ids(worker) -> list[str]:
