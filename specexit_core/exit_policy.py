@@ -14,6 +14,8 @@ signal is never used for its check.
 """
 from __future__ import annotations
 
+import copy
+
 import math
 from collections import deque
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -140,6 +142,14 @@ class ExitTracker:
         self._is_think: deque[bool] = deque()  # per token in [_applied, _n_tokens)
         self._applied = 0                 # indices < this are folded into the EWMA
         self._ewma: list[float] | None = None
+
+    def fork(self) -> "ExitTracker":
+        """A cheap independent copy, for hypothetical look-ahead over draft tokens."""
+        c = copy.copy(self)
+        c._pending = dict(self._pending)
+        c._is_think = deque(self._is_think)
+        c._ewma = None if self._ewma is None else list(self._ewma)
+        return c
 
     @property
     def think_tokens(self) -> int:

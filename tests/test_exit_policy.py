@@ -337,3 +337,15 @@ def test_decision_is_independent_of_rounds_and_signal_timing():
                 assert tr.smoothed() == ref.smoothed() and tr.think_tokens == ref.think_tokens
     # the random cases exercise every outcome, and often
     assert min(reasons.values()) >= 40, reasons
+
+
+def test_fork_is_independent():
+    cfg = ExitConfig(method="progress", progress_threshold=0.5)
+    tr = ExitTracker(cfg, split_token_ids={5}, think_start_id=1, think_end_id=2)
+    for t, v in [(7, (0, 0.9, 0)), (8, (0, 0.9, 0))]:
+        tr.add_signal(v)
+        assert tr.append(t) is None
+    f = tr.fork()
+    assert f.append(5) is not None and f.exited
+    assert not tr.exited and tr.think_tokens == 2 and tr.smoothed() == f.smoothed()
+    assert tr.append(5) is not None  # the original still decides the same way on its own

@@ -92,27 +92,24 @@ def test_exit_disabled_equals_stock_eagle3_and_plain_greedy(llm, prompts, teache
         stock.llm_engine.engine_core.shutdown()
 
 
-def _exit_events(d):
-    evs = {}
-    for f in d.glob("exits-*.jsonl"):
-        for line in f.read_text().splitlines():
-            ev = json.loads(line)
-            evs[ev["req_id"]] = ev
-    return evs
-
-
 def test_exit_matches_reference_engine(llm, prompts, reference, teacher, telemetry_dir):
     _, tok = teacher
     outs = run(llm, prompts)
     ref = reference.generate([GenerationRequest(p, max_tokens=MAX_TOKENS) for p in prompts])
-    events = _exit_events(telemetry_dir)
+    from specexit_core.vllm_plugin.telemetry import read_exit_events, request_telemetry
+
+    events = read_exit_events(telemetry_dir)
+    close = tok.convert_tokens_to_ids("</think>")
     same = 0
     n_exit = 0
     for o, r in zip(outs, ref):
         ids = strip_eos(o.outputs[0].token_ids, tok.eos_token_id)
-        ev = next((e for k, e in events.items() if k.split("-")[0] == o.request_id), None)
-        v_exit = ev["exit_index"] if ev else None
+        tel = request_telemetry(o, events, close)
+        assert tel["think_tokens"] == r.think_tokens or ids != r.token_ids
+        v_exit = tel["exit_index"]
         r_exit = r.exit.index if r.exit else None
+        if tel["exited"]:
+            assert set(tel["smoothed"]) == {"confidence", "progress", "remaining"}
         n_exit += r_exit is not None
         same += ids == r.token_ids and v_exit == r_exit
     assert n_exit >= N_PARITY // 3

@@ -5,7 +5,8 @@ Methods (same teacher, same draft weights, same engine settings):
   specexit             SpecExit engine, default exit thresholds
   specexit_never_fires SpecExit engine, thresholds that cannot pass: the cost of the machinery
 Latency: concurrency 1 = one request at a time (mean seconds per request); concurrency 16 = waves
-of 16 requests submitted together (mean wall seconds per wave). Absolute times are noisy on
+of 16 requests submitted together (mean wall seconds per wave). Methods run interleaved, prompt
+by prompt, so background load hits them alike. Absolute times are noisy on
 shared CPUs; compare the ratios, which come from one run.
 """
 
@@ -30,48 +31,50 @@ def _engine(draft_dir: Path, k: int):
     from vllm import LLM
 
     return LLM(**toy_llm_kwargs(str(TEACHER_DIR), speculative_config={
-        "method": "eagle3", "model": str(draft_dir), "num_speculative_tokens": k}))
+        "method": "eagle3", "model": str(draft_dir), "num_speculative_tokens": k}, disable_log_stats=False))
 
 
-def _measure(llm, prompts, golds, extra_args, max_tokens: int, waves: int) -> dict:
+def _measure_all(engines: dict, prompts, golds, max_tokens: int, waves: int) -> dict:
+    """Interleaved: for every prompt (and every wave of 16), each method runs back to back in a
+    rotating order, so background load on a shared machine hits all methods alike."""
     from vllm import SamplingParams
 
-    tok = llm.get_tokenizer()
-    close = tok.convert_tokens_to_ids("</think>")
-    sp = SamplingParams(max_tokens=max_tokens, temperature=0, extra_args=extra_args)
-    llm.generate([{"prompt_token_ids": prompts[0]}], sp, use_tqdm=False)  # warm-up
-    lat1, outs = [], []
-    for p in prompts:
-        t0 = time.perf_counter()
-        outs.append(llm.generate([{"prompt_token_ids": p}], sp, use_tqdm=False)[0])
-        lat1.append(time.perf_counter() - t0)
-    lat16 = []
+    names = list(engines)
+    sps = {m: SamplingParams(max_tokens=max_tokens, temperature=0, extra_args=engines[m][1]) for m in names}
+    for m in names:  # warm-up
+        engines[m][0].generate([{"prompt_token_ids": prompts[0]}], sps[m], use_tqdm=False)
+    lat1 = {m: [] for m in names}
+    outs = {m: [] for m in names}
+    for i, p in enumerate(prompts):
+        for m in names[i % len(names):] + names[: i % len(names)]:
+            t0 = time.perf_counter()
+            outs[m].append(engines[m][0].generate([{"prompt_token_ids": p}], sps[m], use_tqdm=False)[0])
+            lat1[m].append(time.perf_counter() - t0)
+    lat16 = {m: [] for m in names}
     for w in range(waves):
-        batch = [prompts[(w * 16 + i) % len(prompts)] for i in range(16)]
-        t0 = time.perf_counter()
-        llm.generate([{"prompt_token_ids": p} for p in batch], sp, use_tqdm=False)
-        lat16.append(time.perf_counter() - t0)
-    think, acc, accept = [], [], []
-    for o, g in zip(outs, golds):
-        c = o.outputs[0]
-        ids = list(c.token_ids)
-        think.append(ids.index(close) if close in ids else len(ids))
-        acc.append(grade(c.text, g))
-        m = getattr(o, "metrics", None)
-    return {
-        "accuracy": sum(acc) / len(acc),
-        "think_tokens": statistics.mean(think),
-        "latency_s": statistics.mean(lat1),
-        "latency_s_c16": statistics.mean(lat16) if lat16 else None,
-        "tokens": statistics.mean(len(o.outputs[0].token_ids) for o in outs),
-    }
+        batch = [{"prompt_token_ids": prompts[(w * 16 + i) % len(prompts)]} for i in range(16)]
+        for m in names[w % len(names):] + names[: w % len(names)]:
+            t0 = time.perf_counter()
+            engines[m][0].generate(batch, sps[m], use_tqdm=False)
+            lat16[m].append(time.perf_counter() - t0)
+    res = {}
+    for m in names:
+        close = engines[m][0].get_tokenizer().convert_tokens_to_ids("</think>")
+        think = [list(o.outputs[0].token_ids).index(close) if close in o.outputs[0].token_ids
+                 else len(o.outputs[0].token_ids) for o in outs[m]]
+        res[m] = {
+            "accuracy": sum(grade(o.outputs[0].text, g) for o, g in zip(outs[m], golds)) / len(golds),
+            "think_tokens": statistics.mean(think),
+            "latency_s": statistics.mean(lat1[m]),
+            "latency_s_c16": statistics.mean(lat16[m]) if lat16[m] else None,
+            "tokens": statistics.mean(len(o.outputs[0].token_ids) for o in outs[m]),
+        }
+    return res
 
 
 def _acceptance(llm) -> float | None:
     """Mean accepted length (tokens per target step) from vLLM's spec-decode counters."""
     try:
-        from vllm.v1.metrics.reader import Counter, Vector
-
         m = {x.name: x for x in llm.get_metrics()}
         drafts = m["vllm:spec_decode_num_drafts"].value
         accepted = m["vllm:spec_decode_num_accepted_tokens"].value
@@ -90,21 +93,18 @@ def run_bench(n: int = 50, k: int = 3, max_tokens: int = 400, waves: int = 3) ->
     probs = problems("test", n, seed=1234)
     prompts = [prompt_ids(tok, p) for p in probs]
     golds = [p.answer for p in probs]
-    res: dict = {"n": n, "num_speculative_tokens": k, "methods": {}}
+    res: dict = {"n": n, "num_speculative_tokens": k}
     with tempfile.TemporaryDirectory() as tmp:
-        stock = convert(DRAFT_DIR, Path(tmp) / "stock", add_signals=False)
-        llm = _engine(stock, k)
-        res["methods"]["eagle3"] = _measure(llm, prompts, golds, None, max_tokens, waves)
-        res["methods"]["eagle3"]["acceptance_length"] = _acceptance(llm)
-        llm.llm_engine.engine_core.shutdown()
-        del llm
-    llm = _engine(DRAFT_DIR, k)
-    res["methods"]["specexit_never_fires"] = _measure(llm, prompts, golds, NEVER, max_tokens, waves)
-    before = _acceptance(llm)
-    res["methods"]["specexit"] = _measure(llm, prompts, golds, None, max_tokens, waves)
-    res["methods"]["specexit"]["acceptance_length"] = _acceptance(llm)  # cumulative over both runs
-    res["methods"]["specexit_never_fires"]["acceptance_length"] = before
-    llm.llm_engine.engine_core.shutdown()
+        stock = _engine(convert(DRAFT_DIR, Path(tmp) / "stock", add_signals=False), k)
+        spec = _engine(DRAFT_DIR, k)
+        res["methods"] = _measure_all({"eagle3": (stock, None), "specexit_never_fires": (spec, NEVER),
+                                       "specexit": (spec, None)}, prompts, golds, max_tokens, waves)
+        res["methods"]["eagle3"]["acceptance_length"] = _acceptance(stock)
+        # both SpecExit methods share one engine: its counter covers both
+        res["methods"]["specexit"]["acceptance_length"] = _acceptance(spec)
+        res["methods"]["specexit_never_fires"]["acceptance_length"] = _acceptance(spec)
+        for llm in (stock, spec):
+            llm.llm_engine.engine_core.shutdown()
     e, s, nf = (res["methods"][m] for m in ("eagle3", "specexit", "specexit_never_fires"))
     res["ratios"] = {
         "speedup_c1_specexit_vs_eagle3": e["latency_s"] / s["latency_s"],
@@ -117,6 +117,9 @@ def run_bench(n: int = 50, k: int = 3, max_tokens: int = 400, waves: int = 3) ->
 
 
 def main(n: int, as_json: bool) -> int:
+    import os
+
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # keep stdout for the report
     res = run_bench(n=n)
     if as_json:
         print(json.dumps(res, indent=2))

@@ -18,7 +18,6 @@ drafts a step accepted.
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 import os
@@ -149,7 +148,7 @@ class SpecExitRunnerState:
         if not tr.in_think or len(inputs) == 1:
             return None
         # 2) hypothetically, drafts 1..k (a copy: the committed state only moves on real tokens)
-        hyp = copy.deepcopy(tr)
+        hyp = tr.fork()
         for j in range(1, len(inputs)):
             if j > 1:
                 hyp.add_signal(st.step_sigs[j - 1])
