@@ -25,7 +25,9 @@ def free_port() -> int:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     port = free_port()
-    env = dict(os.environ, HF_HUB_OFFLINE="1", VLLM_CPU_KVCACHE_SPACE="1", VLLM_CPU_OMP_THREADS_BIND="0-1")
+    prom = tmp_path_factory.mktemp("prom")  # multiprocess metrics: worker counters reach /metrics
+    env = dict(os.environ, HF_HUB_OFFLINE="1", VLLM_CPU_KVCACHE_SPACE="1", VLLM_CPU_OMP_THREADS_BIND="0-1",
+               PROMETHEUS_MULTIPROC_DIR=str(prom))
     spec = json.dumps({"method": "eagle3", "model": str(DRAFT_DIR), "num_speculative_tokens": 3})
     log = open(tmp_path_factory.mktemp("server") / "server.log", "w")
     proc = subprocess.Popen(
@@ -90,3 +92,15 @@ def test_invalid_controls_get_400_and_server_keeps_serving(server, xargs, needle
     assert r.status_code == 400, r.text
     assert needle in r.text
     assert chat(server, "Compute from left to right : 1 + 2").status_code == 200
+
+
+def test_specexit_counters_in_vllm_metrics(server):
+    """After the forced-exit request above, /metrics shows SpecExit's counters next to vLLM's."""
+    r = chat(server, "Compute from left to right : 3 + 4 * 2",
+             vllm_xargs={"specexit_method": "progress", "specexit_progress_threshold": 0.0})
+    assert r.status_code == 200
+    chat(server, "Compute from left to right : 1 + 1")  # one more step so finished requests are counted
+    text = requests.get(server + "/metrics", timeout=10).text
+    exits = [line for line in text.splitlines() if line.startswith("specexit_exits_total")]
+    assert exits and sum(float(line.split()[-1]) for line in exits) >= 1, exits
+    assert "specexit_requests_total" in text and "vllm:spec_decode_num_drafts" in text

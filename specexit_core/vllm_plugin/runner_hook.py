@@ -28,6 +28,7 @@ import torch
 
 from ..exit_policy import ExitConfig, ExitDecision, ExitTracker
 from .controls import request_exit_config, server_defaults
+from .metrics import SpecExitMetrics
 
 log = logging.getLogger("specexit.vllm")
 FORCE_LOGIT = 1e9
@@ -61,7 +62,8 @@ class SpecExitRunnerState:
         self.split_ids = frozenset(int(t) for t in ids["split"])
         self.defaults = server_defaults(spec)
         self.reqs: dict[str, _ReqState] = {}
-        self.counters = {"requests": 0, "exits": 0, "think_tokens_saved_est": 0, "steps": 0}
+        self.counters = {"requests": 0, "exits": 0, "think_tokens": 0, "steps": 0}
+        self.metrics = SpecExitMetrics()
         self.event_dir = os.environ.get("SPECEXIT_TELEMETRY_DIR")
         log.info("SpecExit active: defaults %s, split ids %s", self.defaults.to_dict(), sorted(self.split_ids))
 
@@ -76,11 +78,15 @@ class SpecExitRunnerState:
                                    think_end_id=self.think_end, in_think=True) if cfg.enabled else None)
             st = self.reqs[req_id] = _ReqState(cfg=cfg, tracker=tracker, n_prompt=rs.num_prompt_tokens)
             self.counters["requests"] += 1
+            self.metrics.request(cfg.enabled)
         return st
 
     def prune(self, runner) -> None:
         for rid in [r for r in self.reqs if r not in runner.requests]:
-            del self.reqs[rid]
+            st = self.reqs.pop(rid)
+            if st.tracker is not None:
+                self.counters["think_tokens"] += st.tracker.think_tokens
+                self.metrics.finished(st.tracker.think_tokens)
 
     # -- the step ----------------------------------------------------------------------------------
     @torch.inference_mode()
@@ -171,6 +177,7 @@ class SpecExitRunnerState:
         if out[g] == tok and out[g + 1] == self.think_end:
             st.exit = dec
             self.counters["exits"] += 1
+            self.metrics.exit(dec.reason, dec.think_tokens)
             self._emit(req_id, st)
 
     @staticmethod
