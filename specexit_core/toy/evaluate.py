@@ -12,6 +12,7 @@ import statistics
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ..labels import probe_prompts, step_boundaries
 from .hf_generate import generate, load_teacher
 from .task import Problem, grade, problems
 
@@ -53,8 +54,8 @@ def oracle_exit(
     end = think_length(completion, close_id)
     if end is None:
         return None, []
-    breaks = [i for i in range(end) if completion[i] == break_id]
-    probes = [prompt + completion[: b + 1] + [close_id, break_id] for b in breaks]
+    breaks = step_boundaries(completion, {break_id}, 0, end)
+    probes = probe_prompts(prompt, completion, breaks, [close_id, break_id])
     outs = generate(model, tok, probes, max_new_tokens=PROBE_MAX_TOKENS) if probes else []
     flags = [grade(tok.decode(o), gold) for o in outs]
     final_ok = grade(tok.decode(completion), gold)
