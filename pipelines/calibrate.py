@@ -18,6 +18,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import shutil
 import statistics
 import time
 from pathlib import Path
@@ -182,6 +183,7 @@ def run_calibration(cfg: CalibrateConfig) -> dict:
     if cfg.confirm:
         conf_ev = ev.model_copy(update={"methods": ["eagle3", "specexit"], "specexit_exit": chosen, "signals": False,
                                         "output": ev.output.rstrip("/") + "-confirm"})
+        shutil.rmtree(conf_ev.output, ignore_errors=True)  # derived from this choice: never resume it
         res = run_evaluation(conf_ev)
         m = res["methods"]
         calib["confirmed"] = {name: {k: m.get(name, {}).get(k) for k in ("accuracy", "think_tokens", "latency_s")}

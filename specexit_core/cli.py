@@ -77,6 +77,12 @@ def cmd_bench_vllm(args: argparse.Namespace) -> int:
     return bench_main(n=args.n, as_json=args.json)
 
 
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from pipelines.calibrate import main as calibrate_main
+
+    return calibrate_main(args.config, output=args.output, limit=args.n, as_json=args.json)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="specexit", description="SpecExit on Ray + vLLM")
     p.add_argument("-v", "--verbose", action="store_true")
@@ -123,6 +129,13 @@ def build_parser() -> argparse.ArgumentParser:
     bv.add_argument("--n", type=int, default=50)
     bv.add_argument("--json", action="store_true")
     bv.set_defaults(func=cmd_bench_vllm)
+
+    ca = sub.add_parser("calibrate", help="pick exit thresholds on a dev split (fastest within an accuracy tolerance)")
+    ca.add_argument("--config", default="examples/toy/calibrate.yaml", help="CalibrateConfig YAML")
+    ca.add_argument("--output", help="calibrated JSON (default: the config's output)")
+    ca.add_argument("--n", type=int, help="number of dev problems (default: the config's)")
+    ca.add_argument("--json", action="store_true")
+    ca.set_defaults(func=cmd_calibrate)
     return p
 
 
