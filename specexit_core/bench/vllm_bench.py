@@ -22,6 +22,7 @@ from pathlib import Path
 from ..toy.paths import DRAFT_DIR, TEACHER_DIR
 from ..toy.task import grade, problems
 from ..vllm_env import apply_cpu_defaults, toy_llm_kwargs
+from .spec_counters import SpecCounters, acceptance_length, attach
 
 log = logging.getLogger("specexit.bench")
 NEVER = {"specexit_method": "confidence", "specexit_confidence_threshold": 1.0}
@@ -40,16 +41,26 @@ def _measure_all(engines: dict, prompts, golds, max_tokens: int, waves: int) -> 
     from vllm import SamplingParams
 
     names = list(engines)
+    by_engine: dict[int, SpecCounters] = {}
+    for m in names:
+        if id(engines[m][0]) not in by_engine:
+            by_engine[id(engines[m][0])] = attach(engines[m][0])
+    counters = {m: by_engine[id(engines[m][0])] for m in names}
     sps = {m: SamplingParams(max_tokens=max_tokens, temperature=0, extra_args=engines[m][1]) for m in names}
     for m in names:  # warm-up
         engines[m][0].generate([{"prompt_token_ids": prompts[0]}], sps[m], use_tqdm=False)
     lat1 = {m: [] for m in names}
     outs = {m: [] for m in names}
+    spec = {m: [0.0, 0.0] for m in names}  # this method's (drafts, accepted tokens), c1 runs only
     for i, p in enumerate(prompts):
         for m in names[i % len(names):] + names[: i % len(names)]:
+            before = counters[m].snapshot()
             t0 = time.perf_counter()
             outs[m].append(engines[m][0].generate([{"prompt_token_ids": p}], sps[m], use_tqdm=False)[0])
             lat1[m].append(time.perf_counter() - t0)
+            after = counters[m].snapshot()
+            spec[m][0] += after[0] - before[0]
+            spec[m][1] += after[1] - before[1]
     lat16 = {m: [] for m in names}
     for w in range(waves):
         batch = [{"prompt_token_ids": prompts[(w * 16 + i) % len(prompts)]} for i in range(16)]
@@ -68,19 +79,11 @@ def _measure_all(engines: dict, prompts, golds, max_tokens: int, waves: int) -> 
             "latency_s": statistics.mean(lat1[m]),
             "latency_s_c16": statistics.mean(lat16[m]) if lat16[m] else None,
             "tokens": statistics.mean(len(o.outputs[0].token_ids) for o in outs[m]),
+            # mean tokens per target step over this method's own requests (engines are shared
+            # by two methods, so the counters are read before and after each request)
+            "acceptance_length": acceptance_length(*spec[m]),
         }
     return res
-
-
-def _acceptance(llm) -> float | None:
-    """Mean accepted length (tokens per target step) from vLLM's spec-decode counters."""
-    try:
-        m = {x.name: x for x in llm.get_metrics()}
-        drafts = m["vllm:spec_decode_num_drafts"].value
-        accepted = m["vllm:spec_decode_num_accepted_tokens"].value
-        return 1 + accepted / drafts if drafts else None
-    except Exception:  # metrics API differs across versions: report what we can
-        return None
 
 
 def run_bench(n: int = 50, k: int = 3, max_tokens: int = 400, waves: int = 3) -> dict:
@@ -99,10 +102,6 @@ def run_bench(n: int = 50, k: int = 3, max_tokens: int = 400, waves: int = 3) ->
         spec = _engine(DRAFT_DIR, k)
         res["methods"] = _measure_all({"eagle3": (stock, None), "specexit_never_fires": (spec, NEVER),
                                        "specexit": (spec, None)}, prompts, golds, max_tokens, waves)
-        res["methods"]["eagle3"]["acceptance_length"] = _acceptance(stock)
-        # both SpecExit methods share one engine: its counter covers both
-        res["methods"]["specexit"]["acceptance_length"] = _acceptance(spec)
-        res["methods"]["specexit_never_fires"]["acceptance_length"] = _acceptance(spec)
         for llm in (stock, spec):
             llm.llm_engine.engine_core.shutdown()
     e, s, nf = (res["methods"][m] for m in ("eagle3", "specexit", "specexit_never_fires"))

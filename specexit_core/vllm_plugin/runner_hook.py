@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -98,11 +99,12 @@ class SpecExitRunnerState:
         self.counters["steps"] += 1
         self.prune(runner)
         idx = sdm.logits_indices
-        feats = torch.cat([h[idx] for h in aux], dim=-1)
+        # Few torch ops per step (each costs microseconds of dispatch on a tiny model): one
+        # gather per aux layer, one matmul, one transfer; the 3 activations of a few rows are
+        # cheaper in plain Python than as more tensor ops.
         w = self.model.signal_weight()
-        raw = (feats.to(w.dtype) @ w.t()).float()
-        sig = torch.stack([torch.sigmoid(raw[:, 0]), torch.sigmoid(raw[:, 1]),
-                           torch.expm1(raw[:, 2].clamp(max=20.0)).clamp(min=0.0)], -1).tolist()
+        raw = (torch.cat([h[idx] for h in aux], dim=-1).to(w.dtype) @ w.t()).tolist()
+        sig = [_activate(r) for r in raw]
         toks = _tensor(runner.input_ids)[idx].tolist()
         pos = _tensor(runner.positions)[idx].tolist()
         cu = sdm.cu_num_sampled_tokens.tolist()
@@ -153,6 +155,12 @@ class SpecExitRunnerState:
                 return None
         if not tr.in_think or len(inputs) == 1:
             return None
+        # Only a split token among the drafts (or a budget that ends within them) can force an
+        # exit this step; most steps have neither, and skip the look-ahead copy entirely.
+        budget = tr.cfg.max_think_tokens
+        if (budget is None or tr.think_tokens + len(inputs) - 1 < budget) and \
+                not any(t in self.split_ids for t in inputs[1:]):
+            return None
         # 2) hypothetically, drafts 1..k (a copy: the committed state only moves on real tokens)
         hyp = tr.fork()
         for j in range(1, len(inputs)):
@@ -194,6 +202,16 @@ class SpecExitRunnerState:
         os.makedirs(self.event_dir, exist_ok=True)
         with open(os.path.join(self.event_dir, f"exits-{os.getpid()}.jsonl"), "a") as f:
             f.write(json.dumps(ev) + "\n")
+
+
+def _activate(raw: list[float]) -> tuple[float, float, float]:
+    """fc signal logits -> (confidence, progress, remaining): sigmoid, sigmoid, expm1 of log1p."""
+    c, p, r = raw
+    return (_sigmoid(c), _sigmoid(p), max(math.expm1(min(r, 20.0)), 0.0))
+
+
+def _sigmoid(x: float) -> float:
+    return 1.0 / (1.0 + math.exp(-x)) if x >= 0 else math.exp(x) / (1.0 + math.exp(x))
 
 
 def _tensor(buf) -> torch.Tensor:
