@@ -1,0 +1,155 @@
+"""KubeRay manifests (cluster/kuberay/): they parse, have the right kinds and fields, are in sync
+with their sources (`python -m cluster.render_kuberay --check`), give each stage the GPUs its config
+asks for, and the RayService's `serveConfigV2` is exactly the `applications` of
+serve_app/gpu_tp2.yaml, accepted by the Serve app's own argument model. Seconds, no cluster."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # `cluster` is a folder of the checkout, not part of the installed package
+from cluster import render_kuberay as rk  # noqa: E402
+
+KDIR = ROOT / "cluster" / "kuberay"
+SERVE_GPU = ROOT / "serve_app" / "gpu_tp2.yaml"
+needs_serve_config = pytest.mark.skipif(not SERVE_GPU.exists(), reason="serve_app/gpu_tp2.yaml not written yet (issue #6)")
+
+
+def _docs(path: Path) -> list[dict]:
+    docs = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+    assert docs, path
+    return docs
+
+
+def _containers(pod_template: dict) -> list[dict]:
+    return pod_template["spec"]["containers"]
+
+
+def _gpus(group: dict) -> int:
+    return sum(int(c["resources"]["limits"].get("nvidia.com/gpu", 0)) for c in _containers(group["template"]))
+
+
+def _check_cluster_spec(spec: dict, serve: bool):
+    assert spec["rayVersion"] == "2.60.0"
+    head = spec["headGroupSpec"]
+    assert head["rayStartParams"]["num-gpus"] == "0" and _gpus(head) == 0  # CPU head
+    ports = {p["containerPort"] for c in _containers(head["template"]) for p in c.get("ports", [])}
+    assert {6379, 8265, 10001} <= ports and (8000 in ports) == serve
+    for group in [head, *spec["workerGroupSpecs"]]:
+        for c in _containers(group["template"]):
+            assert c["image"] == "${SPECEXIT_IMAGE}"
+            assert {"name": "storage", "mountPath": "/mnt/cluster_storage"} in c["volumeMounts"]
+            assert c["resources"]["requests"] == c["resources"]["limits"]
+        vols = {v["name"]: v for v in group["template"]["spec"]["volumes"]}
+        assert vols["storage"]["persistentVolumeClaim"]["claimName"] == "specexit-storage"
+    for w in spec["workerGroupSpecs"]:
+        assert w["minReplicas"] <= w["replicas"] <= w["maxReplicas"] and _gpus(w) > 0
+
+
+def test_manifests_are_in_sync_with_their_sources():
+    r = subprocess.run([sys.executable, "-m", "cluster.render_kuberay", "--check"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    expected = set(rk.render())
+    on_disk = {str(p.relative_to(ROOT)) for p in KDIR.rglob("*.yaml")}
+    assert on_disk == expected  # nothing stale left behind either
+
+
+def test_every_manifest_parses_with_the_right_kind():
+    kinds = {}
+    for p in sorted(KDIR.rglob("*.yaml")):
+        for d in _docs(p):
+            kinds.setdefault(d["kind"], []).append(str(p.relative_to(KDIR)))
+            assert d["apiVersion"] == ("v1" if d["kind"] == "PersistentVolumeClaim" else "ray.io/v1")
+            assert d["metadata"]["name"]
+    assert sorted(kinds["RayJob"]) == sorted(f"{r.name}/rayjob-{s}.yaml" for r in rk.RECIPES
+                                             for s in ("traces", "labels", "train-draft"))
+    assert kinds["PersistentVolumeClaim"] == ["storage.yaml"]
+    assert kinds.get("RayService", []) == (["rayservice.yaml"] if SERVE_GPU.exists() else [])
+
+
+@pytest.mark.parametrize("recipe", rk.RECIPES, ids=lambda r: r.name)
+@pytest.mark.parametrize("stage", rk.STAGES)
+def test_rayjob_runs_the_stage_config_with_its_gpus(recipe, stage):
+    from pipelines.config import load_stage_config
+
+    (job,) = _docs(KDIR / recipe.name / f"rayjob-{stage.replace('_', '-')}.yaml")
+    assert job["kind"] == "RayJob"
+    spec = job["spec"]
+    cfg_rel = f"{recipe.configs}/{stage}.yaml"
+    assert spec["entrypoint"] == f"python -m pipelines.{stage} --config /home/ray/specexit/{cfg_rel}"
+    assert spec["shutdownAfterJobFinishes"] is True and spec["backoffLimit"] >= 1
+    _check_cluster_spec(spec["rayClusterSpec"], serve=False)
+    cfg = load_stage_config(stage, str(ROOT / cfg_rel))
+    need = rk.gpus_needed(stage, cfg)
+    (group,) = spec["rayClusterSpec"]["workerGroupSpecs"]
+    assert need > 0 and group["replicas"] * _gpus(group) == need  # exactly what the config runs at once
+    if stage != "train_draft":  # a tensor-parallel engine must fit inside one pod
+        assert cfg.engine.tensor_parallel_size <= _gpus(group)
+
+
+def test_storage_claim_is_shared():
+    (pvc,) = _docs(KDIR / "storage.yaml")
+    assert pvc["spec"]["accessModes"] == ["ReadWriteMany"]
+
+
+@needs_serve_config
+def test_rayservice_serves_exactly_the_gpu_serve_config():
+    (svc,) = _docs(KDIR / "rayservice.yaml")
+    assert svc["kind"] == "RayService"
+    serve_cfg = yaml.safe_load(svc["spec"]["serveConfigV2"])  # a YAML string inside the manifest
+    source = yaml.safe_load(SERVE_GPU.read_text())
+    assert serve_cfg == {"applications": source["applications"]}
+    _check_cluster_spec(svc["spec"]["rayClusterConfig"], serve=True)
+    assert svc["spec"]["rayClusterConfig"]["enableInTreeAutoscaling"] is True
+
+
+@needs_serve_config
+def test_rayservice_applications_build_with_the_serve_apps_validation():
+    """The same validation `serve run` / KubeRay trigger when they build the app: the typed
+    arguments, and a TP=2 GPU replica that fits one worker pod."""
+    from serve_app.config import load_args
+
+    (svc,) = _docs(KDIR / "rayservice.yaml")
+    apps = yaml.safe_load(svc["spec"]["serveConfigV2"])["applications"]
+    (group,) = svc["spec"]["rayClusterConfig"]["workerGroupSpecs"]
+    for app in apps:
+        assert app["import_path"].startswith("serve_app.")
+        args = load_args(app.get("args"))
+        assert args.model.accelerator == "gpu"
+        assert args.model.tensor_parallel_size <= _gpus(group)
+        assert args.autoscaling.max_replicas * args.model.tensor_parallel_size <= group["maxReplicas"] * _gpus(group)
+
+
+@needs_serve_config
+def test_gpu_serve_config_serves_the_draft_the_runbook_trains():
+    """docs/runbook.md deploys serve_app/gpu_tp2.yaml right after examples/gpu/train_draft.yaml."""
+    from pipelines.config import load_stage_config
+    from serve_app.config import load_args
+
+    train = load_stage_config("train_draft", str(ROOT / "examples" / "gpu" / "train_draft.yaml"))
+    (app,) = yaml.safe_load(SERVE_GPU.read_text())["applications"]
+    args = load_args(app["args"])
+    assert args.model.source == train.target
+    assert args.model.draft == train.output
+
+
+def test_r1_serve_config_is_a_valid_gpu_app():
+    """cluster/serve/r1-llama-8b.yaml (the runbook's 8B SERVE_CONFIG) through the same validation."""
+    from serve_app.config import load_args
+
+    doc = yaml.safe_load((ROOT / "cluster" / "serve" / "r1-llama-8b.yaml").read_text())
+    (app,) = doc["applications"]
+    args = load_args(app["args"])
+    assert args.model.source == "deepseek-ai/DeepSeek-R1-Distill-Llama-8B"
+    assert args.model.draft == "/mnt/cluster_storage/specexit/r1-llama-8b/specexit-draft"  # what train_draft writes
+    assert args.model.reasoning_parser == "deepseek_r1" and args.model.tensor_parallel_size == 2
+    if SERVE_GPU.exists():  # same app, same top-level shape as the 4B config
+        src = yaml.safe_load(SERVE_GPU.read_text())
+        assert app["import_path"] == src["applications"][0]["import_path"]
