@@ -4,8 +4,9 @@
     python -m cluster.render_kuberay --check    # exit 1 if a committed manifest is stale
 
 Sources of truth, so the manifests cannot drift from what the rest of the project runs:
-- the RayService's `serveConfigV2` is the `applications` list of `serve_app/gpu_tp2.yaml` (the
-  `serve run` config of the GPU app), verbatim;
+- a RayService's `serveConfigV2` is the `applications` list of the recipe's Serve config, verbatim:
+  `serve_app/gpu_tp2.yaml` (the GPU app's `serve run` config) for Qwen3-4B-Thinking-2507,
+  `cluster/serve/r1-llama-8b.yaml` for DeepSeek-R1-Distill-Llama-8B;
 - each RayJob runs `python -m pipelines.<stage> --config <examples/gpu/... file>` and its worker
   group has exactly the GPUs that config asks for (engines x tensor parallel, or training workers).
 
@@ -24,7 +25,6 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "cluster" / "kuberay"
-SERVE_GPU_CONFIG = ROOT / "serve_app" / "gpu_tp2.yaml"
 IMAGE = "${SPECEXIT_IMAGE}"
 IMAGE_ROOT = "/home/ray/specexit"  # where cluster/Dockerfile puts the checkout
 RAY_VERSION = "2.60.0"
@@ -40,6 +40,7 @@ class Recipe:
 
     name: str
     configs: str  # folder with traces.yaml, labels.yaml, train_draft.yaml (relative to the repo root)
+    serve_config: str  # `serve run` / `serve deploy` config of the app that serves the trained draft
     gpus_per_pod: int
     cpus_per_pod: int
     memory_per_pod: str
@@ -47,8 +48,9 @@ class Recipe:
 
 
 RECIPES = (
-    Recipe("qwen3-4b", "examples/gpu", 4, 44, "170Gi", "4x 24 GB GPUs (L4 / A10G), e.g. GKE g2-standard-48"),
-    Recipe("r1-llama-8b", "examples/gpu/deepseek-r1-8b", 8, 88, "600Gi",
+    Recipe("qwen3-4b", "examples/gpu", "serve_app/gpu_tp2.yaml", 4, 44, "170Gi",
+           "4x 24 GB GPUs (L4 / A10G), e.g. GKE g2-standard-48"),
+    Recipe("r1-llama-8b", "examples/gpu/deepseek-r1-8b", "cluster/serve/r1-llama-8b.yaml", 8, 88, "600Gi",
            "8x A100 / H100, e.g. GKE a2-highgpu-8g, EKS p4d.24xlarge"),
 )
 
@@ -156,18 +158,20 @@ def rayjob(recipe: Recipe, stage: str) -> dict:
     }
 
 
-def serve_applications() -> list:
-    doc = yaml.safe_load(SERVE_GPU_CONFIG.read_text())
+def serve_applications(recipe: Recipe) -> list:
+    doc = yaml.safe_load((ROOT / recipe.serve_config).read_text())
     return doc["applications"]
 
 
-def rayservice(applications: list) -> dict:
+def rayservice(recipe: Recipe) -> dict:
+    applications = serve_applications(recipe)
     return {
         "apiVersion": "ray.io/v1",
         "kind": "RayService",
-        "metadata": {"name": "specexit", "labels": {"app.kubernetes.io/part-of": "specexit"}},
+        "metadata": {"name": f"specexit-{recipe.name}",
+                     "labels": {"app.kubernetes.io/part-of": "specexit", "specexit/model": recipe.name}},
         "spec": {
-            # = the `applications` of serve_app/gpu_tp2.yaml (tests/test_cluster_kuberay.py checks it)
+            # = the `applications` of the recipe's Serve config (tests/test_cluster_kuberay.py checks it)
             "serveConfigV2": yaml.safe_dump({"applications": applications}, sort_keys=False, width=1000),
             "rayClusterConfig": {
                 "rayVersion": RAY_VERSION,
@@ -215,17 +219,17 @@ def dump(doc: dict, rel: str, note: str = "") -> str:
 
 
 def render() -> dict[str, str]:
-    """{path relative to the repo root: text}. The RayService needs serve_app/gpu_tp2.yaml."""
+    """{path relative to the repo root: text}. A recipe's RayService needs its Serve config."""
     files = {"cluster/kuberay/storage.yaml": dump(storage(), "cluster/kuberay/storage.yaml",
                                                   "Shared volume for traces, labels, checkpoints, drafts and the HF cache.")}
     for recipe in RECIPES:
         for stage in STAGES:
             rel = f"cluster/kuberay/{recipe.name}/rayjob-{stage.replace('_', '-')}.yaml"
             files[rel] = dump(rayjob(recipe, stage), rel, f"{recipe.name}, stage {stage}: {recipe.gpu_note}.")
-    if SERVE_GPU_CONFIG.exists():
-        rel = "cluster/kuberay/rayservice.yaml"
-        files[rel] = dump(rayservice(serve_applications()), rel,
-                          "serveConfigV2 = applications of serve_app/gpu_tp2.yaml; one TP=2 replica per 2-GPU pod.")
+        if (ROOT / recipe.serve_config).exists():
+            rel = f"cluster/kuberay/{recipe.name}/rayservice.yaml"
+            files[rel] = dump(rayservice(recipe), rel, f"serveConfigV2 = applications of {recipe.serve_config}; "
+                              f"one TP=2 replica per {SERVE_GPUS_PER_POD}-GPU pod.")
     return files
 
 
@@ -234,8 +238,9 @@ def main(argv=None) -> int:
     ap.add_argument("--check", action="store_true", help="compare with the committed files, write nothing")
     a = ap.parse_args(argv)
     files = render()
-    if not SERVE_GPU_CONFIG.exists():
-        print(f"note: {SERVE_GPU_CONFIG.relative_to(ROOT)} is missing: rayservice.yaml not rendered", file=sys.stderr)
+    for recipe in RECIPES:
+        if not (ROOT / recipe.serve_config).exists():
+            print(f"note: {recipe.serve_config} is missing: {recipe.name}/rayservice.yaml not rendered", file=sys.stderr)
     stale = []
     for rel, text in files.items():
         p = ROOT / rel

@@ -1,7 +1,8 @@
 """KubeRay manifests (cluster/kuberay/): they parse, have the right kinds and fields, are in sync
 with their sources (`python -m cluster.render_kuberay --check`), give each stage the GPUs its config
-asks for, and the RayService's `serveConfigV2` is exactly the `applications` of
-serve_app/gpu_tp2.yaml, accepted by the Serve app's own argument model. Seconds, no cluster."""
+asks for, and each RayService's `serveConfigV2` is exactly the `applications` of its Serve config
+(serve_app/gpu_tp2.yaml for Qwen3-4B, cluster/serve/r1-llama-8b.yaml for the 8B), accepted by the
+Serve app's own argument model. Seconds, no cluster."""
 
 from __future__ import annotations
 
@@ -71,7 +72,10 @@ def test_every_manifest_parses_with_the_right_kind():
     assert sorted(kinds["RayJob"]) == sorted(f"{r.name}/rayjob-{s}.yaml" for r in rk.RECIPES
                                              for s in ("traces", "labels", "train-draft"))
     assert kinds["PersistentVolumeClaim"] == ["storage.yaml"]
-    assert kinds.get("RayService", []) == (["rayservice.yaml"] if SERVE_GPU.exists() else [])
+    assert sorted(kinds.get("RayService", [])) == sorted(
+        f"{r.name}/rayservice.yaml" for r in rk.RECIPES if (ROOT / r.serve_config).exists())
+    assert (KDIR / "r1-llama-8b" / "rayservice.yaml").exists()
+    assert (KDIR / "qwen3-4b" / "rayservice.yaml").exists() == SERVE_GPU.exists()
 
 
 @pytest.mark.parametrize("recipe", rk.RECIPES, ids=lambda r: r.name)
@@ -99,24 +103,33 @@ def test_storage_claim_is_shared():
     assert pvc["spec"]["accessModes"] == ["ReadWriteMany"]
 
 
-@needs_serve_config
-def test_rayservice_serves_exactly_the_gpu_serve_config():
-    (svc,) = _docs(KDIR / "rayservice.yaml")
+def _serve_recipes():
+    return [pytest.param(r, id=r.name, marks=needs_serve_config if r.serve_config == "serve_app/gpu_tp2.yaml" else ())
+            for r in rk.RECIPES]
+
+
+def test_the_4b_recipe_serves_the_gpu_app_config():
+    assert rk.RECIPES[0].name == "qwen3-4b" and rk.RECIPES[0].serve_config == "serve_app/gpu_tp2.yaml"
+
+
+@pytest.mark.parametrize("recipe", _serve_recipes())
+def test_rayservice_serves_exactly_the_serve_config(recipe):
+    (svc,) = _docs(KDIR / recipe.name / "rayservice.yaml")
     assert svc["kind"] == "RayService"
     serve_cfg = yaml.safe_load(svc["spec"]["serveConfigV2"])  # a YAML string inside the manifest
-    source = yaml.safe_load(SERVE_GPU.read_text())
+    source = yaml.safe_load((ROOT / recipe.serve_config).read_text())
     assert serve_cfg == {"applications": source["applications"]}
     _check_cluster_spec(svc["spec"]["rayClusterConfig"], serve=True)
     assert svc["spec"]["rayClusterConfig"]["enableInTreeAutoscaling"] is True
 
 
-@needs_serve_config
-def test_rayservice_applications_build_with_the_serve_apps_validation():
+@pytest.mark.parametrize("recipe", _serve_recipes())
+def test_rayservice_applications_build_with_the_serve_apps_validation(recipe):
     """The same validation `serve run` / KubeRay trigger when they build the app: the typed
     arguments, and a TP=2 GPU replica that fits one worker pod."""
     from serve_app.config import load_args
 
-    (svc,) = _docs(KDIR / "rayservice.yaml")
+    (svc,) = _docs(KDIR / recipe.name / "rayservice.yaml")
     apps = yaml.safe_load(svc["spec"]["serveConfigV2"])["applications"]
     (group,) = svc["spec"]["rayClusterConfig"]["workerGroupSpecs"]
     for app in apps:
