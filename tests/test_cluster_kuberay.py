@@ -123,20 +123,47 @@ def test_rayservice_serves_exactly_the_serve_config(recipe):
     assert svc["spec"]["rayClusterConfig"]["enableInTreeAutoscaling"] is True
 
 
+def _build(app_cfg: dict):
+    """What `serve run` / `serve deploy` / KubeRay do with one `applications` entry: import the
+    builder, call it with `args` (the app's typed validation runs here), flatten the application.
+    Returns comparable facts per deployment. No Ray cluster, no GPU, no model download."""
+    from ray._common.utils import import_attr
+    from ray.serve._private.api import call_user_app_builder_with_args_if_necessary
+    from ray.serve._private.build_app import build_app
+
+    app = call_user_app_builder_with_args_if_necessary(import_attr(app_cfg["import_path"]), app_cfg.get("args"))
+    built = build_app(app, name=app_cfg["name"])
+    out = {}
+    for d in built.deployments:
+        rc = d._replica_config
+        out[d.name] = {"config": d._deployment_config.model_dump(exclude={"user_configured_option_names"}),
+                       "bundles": rc.placement_group_bundles, "strategy": rc.placement_group_strategy,
+                       "actor_options": rc.ray_actor_options}
+    return out
+
+
 @pytest.mark.parametrize("recipe", _serve_recipes())
-def test_rayservice_applications_build_with_the_serve_apps_validation(recipe):
-    """The same validation `serve run` / KubeRay trigger when they build the app: the typed
-    arguments, and a TP=2 GPU replica that fits one worker pod."""
+def test_rayservice_builds_the_same_application_as_the_serve_config(recipe):
+    """serveConfigV2 goes through the Serve app's own builder and validation and yields the same
+    deployments as the Serve config it was rendered from; the TP=2 GPU replica fits one worker pod."""
     from serve_app.config import load_args
 
     (svc,) = _docs(KDIR / recipe.name / "rayservice.yaml")
     apps = yaml.safe_load(svc["spec"]["serveConfigV2"])["applications"]
+    source = yaml.safe_load((ROOT / recipe.serve_config).read_text())["applications"]
+    assert [a["name"] for a in apps] == [a["name"] for a in source]
     (group,) = svc["spec"]["rayClusterConfig"]["workerGroupSpecs"]
-    for app in apps:
+    for app, src in zip(apps, source):
         assert app["import_path"].startswith("serve_app.")
         args = load_args(app.get("args"))
         assert args.model.accelerator == "gpu"
-        assert args.model.tensor_parallel_size <= _gpus(group)
+        built = _build(app)
+        assert built == _build(src)
+        gpu_deps = [d for d in built.values() if any(b.get("GPU") for b in d["bundles"] or [])]
+        assert len(gpu_deps) == 1, built.keys()
+        bundles = gpu_deps[0]["bundles"]
+        assert sum(b["GPU"] for b in bundles) == args.model.tensor_parallel_size <= _gpus(group)
+        assert gpu_deps[0]["strategy"] == "STRICT_PACK"
         assert args.autoscaling.max_replicas * args.model.tensor_parallel_size <= group["maxReplicas"] * _gpus(group)
 
 
