@@ -6,6 +6,7 @@ Serve app's own argument model. Seconds, no cluster."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -193,3 +194,34 @@ def test_r1_serve_config_is_a_valid_gpu_app():
     if SERVE_GPU.exists():  # same app, same top-level shape as the 4B config
         src = yaml.safe_load(SERVE_GPU.read_text())
         assert app["import_path"] == src["applications"][0]["import_path"]
+
+
+CRD_DIR = os.environ.get("SPECEXIT_KUBERAY_CRDS")  # a folder with KubeRay's ray.io_rayjobs.yaml, ray.io_rayservices.yaml
+
+
+def _strict(schema):
+    """The CRD's openAPI schema with unknown fields forbidden everywhere (the API server would prune
+    them silently; here a misspelt field must fail)."""
+    if isinstance(schema, dict):
+        s = {k: _strict(v) for k, v in schema.items() if not k.startswith("x-kubernetes")}
+        if s.get("type") == "object" and "properties" in s and "additionalProperties" not in s:
+            s["additionalProperties"] = False
+        return s
+    if isinstance(schema, list):
+        return [_strict(x) for x in schema]
+    return schema
+
+
+@pytest.mark.skipif(not CRD_DIR, reason="set SPECEXIT_KUBERAY_CRDS to KubeRay's ray-operator/config/crd/bases")
+def test_manifests_validate_against_the_kuberay_crds():
+    import jsonschema
+
+    schemas = {}
+    for kind, file in (("RayJob", "ray.io_rayjobs.yaml"), ("RayService", "ray.io_rayservices.yaml")):
+        crd = yaml.safe_load((Path(CRD_DIR) / file).read_text())
+        (v1,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
+        schemas[kind] = _strict(v1["schema"]["openAPIV3Schema"])
+    for p in sorted(KDIR.rglob("*.yaml")):
+        for d in _docs(p):
+            if d["kind"] in schemas:
+                jsonschema.validate(d, schemas[d["kind"]])
