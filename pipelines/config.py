@@ -161,7 +161,11 @@ class TrainDraftConfig(_Strict):
     threads_per_worker: int = Field(1, ge=1)  # torch threads per CPU worker
     target_dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     aux_layer_ids: tuple[int, int, int] | None = None  # None: vLLM's default (2, L//2, L-3)
-    draft_vocab_size: int = Field(..., ge=1)
+    draft_vocab_size: int | None = Field(None, ge=1)  # required unless init_draft gives it
+    # Start from an existing EAGLE-3 draft of this target (the usual case for real models: a
+    # published EAGLE-3 head): a stock one gets zero signal rows (`specexit draft convert
+    # --add-signals`), a SpecExit one is fine-tuned as is. Its draft vocab and aux layers are kept.
+    init_draft: str | None = None
     include_embed: bool = True  # False: vLLM shares the target's embedding (saves a V x H tensor)
     steps: int = Field(100, ge=1)
     batch_size: int = Field(8, ge=1)  # per worker
@@ -191,6 +195,12 @@ class TrainDraftConfig(_Strict):
         if v is not None and (len(set(v)) != 3 or min(v) < 0):
             raise ValueError(f"aux_layer_ids must be 3 distinct non-negative ids, got {v}")
         return v
+
+    @model_validator(mode="after")
+    def _vocab_source(self):
+        if self.draft_vocab_size is None and self.init_draft is None:
+            raise ValueError("set draft_vocab_size (a new draft) or init_draft (fine-tune an existing one)")
+        return self
 
 
 STAGES: dict[str, type[BaseModel]] = {"traces": TracesConfig, "labels": LabelsConfig, "train_draft": TrainDraftConfig}
@@ -256,5 +266,7 @@ def _resolve(cfg):
         cfg.engine.model = resolve_model(cfg.engine.model)
     if isinstance(cfg, TrainDraftConfig):
         cfg.target = resolve_model(cfg.target)
+        if cfg.init_draft is not None:
+            cfg.init_draft = resolve_model(cfg.init_draft)
         cfg.storage_path = resolve_path(cfg.storage_path)
     return cfg

@@ -43,6 +43,31 @@ def read_events(cfg: TrainDraftConfig) -> list[dict]:
     return [json.loads(x) for x in p.read_text().splitlines()] if p.exists() else []
 
 
+def prepare_init_draft(cfg: TrainDraftConfig, run_dir: Path, must_keep: list[int]):
+    """The SpecExit folder training starts from (a stock EAGLE-3 draft gets zero signal rows), and
+    its vocab maps. Checks that it fits the target and keeps the tokens the exit needs."""
+    import torch
+    from safetensors.torch import load_file
+
+    from specexit_core.draft.checkpoint import convert, read_config
+
+    src = Path(cfg.init_draft)
+    dcfg = read_config(src)
+    if dcfg.signals:
+        init = src
+    else:
+        init = convert(src, run_dir / "init_draft", add_signals=True)
+        log.info("train_draft: %s is a stock EAGLE-3 draft; added zero-initialised signal rows", src)
+    if cfg.draft_vocab_size is not None and cfg.draft_vocab_size != dcfg.draft_vocab_size:
+        raise SystemExit(f"train_draft: draft_vocab_size {cfg.draft_vocab_size} != init_draft's {dcfg.draft_vocab_size}")
+    t = load_file(str(Path(init) / "model.safetensors"))
+    d2t, t2d = t["d2t"].long(), t["t2d"].to(torch.bool)
+    missing = [i for i in must_keep if not bool(t2d[i])]
+    if missing:
+        raise SystemExit(f"train_draft: init_draft's vocab lacks token ids {missing} (</think>, split, eos)")
+    return str(init), d2t, t2d
+
+
 def run(cfg: TrainDraftConfig) -> dict:
     t0 = time.time()
     init_ray(cfg.ray)
@@ -71,23 +96,28 @@ def run(cfg: TrainDraftConfig) -> dict:
     for r in ds.map_batches(count_tokens, fn_kwargs={"column": "completion_token_ids", "vocab_size": vocab},
                             batch_format="pyarrow", num_cpus=0.25).iter_rows():
         counts += np.asarray(r["counts"], dtype=np.int64)
-    d2t, t2d = draft_vocab_from_counts(counts, cfg.draft_vocab_size, [tids.think_end, *tids.split, *tids.eos])
+    run_dir = Path(cfg.storage_path) / cfg.run_name
+    init_dir = None
+    if cfg.init_draft:
+        init_dir, d2t, t2d = prepare_init_draft(cfg, run_dir, [tids.think_end, *tids.split, *tids.eos])
+    else:
+        d2t, t2d = draft_vocab_from_counts(counts, cfg.draft_vocab_size, [tids.think_end, *tids.split, *tids.eos])
     covered = float(counts[t2d.numpy()].sum() / max(counts.sum(), 1))
-    log.info("train_draft: %d labeled rows (of %d); draft vocab %d covers %.1f%% of completion tokens",
-             len(train_ids), len(ids), cfg.draft_vocab_size, 100 * covered)
+    log.info("train_draft: %d labeled rows (of %d); draft vocab %d covers %.1f%% of completion tokens%s",
+             len(train_ids), len(ids), int(t2d.sum()), 100 * covered,
+             f"; fine-tuning {cfg.init_draft}" if cfg.init_draft else "")
 
     train_ds = ds.select_columns(COLUMNS[2:])
     if cfg.cache_data:
         train_ds = train_ds.materialize()
     gpu = use_gpu("auto") if cfg.use_gpu == "auto" else cfg.use_gpu
-    run_dir = Path(cfg.storage_path) / cfg.run_name
     trainer = TorchTrainer(
         train_loop,
         train_loop_config={"cfg": cfg.model_dump(mode="json"), "d2t": d2t.tolist(), "t2d": t2d.tolist(),
                            "pad_id": tids.pad, "eos_id": tids.eos[0], "run_dir": str(run_dir),
                            "token_ids": {"think_start": tids.think_start, "think_end": tids.think_end,
                                          "split": list(tids.split)},
-                           "events": str(events_path(cfg))},
+                           "events": str(events_path(cfg)), "init_draft": init_dir},
         scaling_config=ScalingConfig(num_workers=cfg.num_workers, use_gpu=gpu,
                                      resources_per_worker=None if gpu else {"CPU": 1}),
         datasets={"train": train_ds},

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from specexit_core.draft.checkpoint import save_draft
+from specexit_core.draft.checkpoint import load_draft, save_draft
 from specexit_core.draft.config import DraftConfig
 from specexit_core.draft.model import SpecExitDraft
 from specexit_core.training.loss import LossConfig
@@ -114,8 +114,13 @@ def train_loop(config: dict) -> None:
     target.eval().to(device)
     for p in target.parameters():
         p.requires_grad_(False)
-    draft = build_draft(target, cfg, torch.tensor(config["d2t"]), torch.tensor(config["t2d"], dtype=torch.bool),
-                        config.get("token_ids"))
+    if config.get("init_draft"):  # fine-tune an existing draft (its vocab maps came with it)
+        draft = load_draft(config["init_draft"], target_embed=target.get_input_embeddings().weight.detach().float().cpu(),
+                           expect_signals=True).train()
+        draft.cfg = draft.cfg.replace(token_ids=config.get("token_ids"))
+    else:
+        draft = build_draft(target, cfg, torch.tensor(config["d2t"]), torch.tensor(config["t2d"], dtype=torch.bool),
+                            config.get("token_ids"))
     objective = SpecExitObjective(draft, LossConfig(unroll=cfg.unroll, weighting=cfg.weighting)).to(device)
     opt = torch.optim.AdamW([p for p in objective.parameters() if p.requires_grad], lr=cfg.lr, betas=(0.9, 0.95),
                             weight_decay=0.0)

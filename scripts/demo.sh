@@ -3,4 +3,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-exec .venv/bin/specexit toy demo "$@"
+exec .venv/bin/specexit demo "$@"

@@ -83,10 +83,38 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return calibrate_main(args.config, output=args.output, limit=args.n, as_json=args.json)
 
 
+def cmd_demo(args: argparse.Namespace) -> int:
+    from pipelines.config import ConfigError
+    from pipelines.demo import load_demo_config, print_table, run_demo
+
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout: the table / the JSON
+    try:
+        cfg = load_demo_config(args.config, quick=args.quick, workdir=args.workdir, port=args.port)
+    except (ConfigError, OSError) as e:
+        print(str(e), file=sys.stderr)
+        return 2
+    summary = run_demo(cfg, fresh=args.fresh)
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        print_table(summary)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="specexit", description="SpecExit on Ray + vLLM")
     p.add_argument("-v", "--verbose", action="store_true")
     sub = p.add_subparsers(dest="cmd", required=True)
+
+    dm = sub.add_parser("demo", help="the whole loop on the toy: traces -> labels -> draft -> calibration -> "
+                                     "Ray Serve endpoint -> evaluation of every method -> report")
+    dm.add_argument("--config", help="DemoConfig YAML (default: examples/toy/demo.yaml)")
+    dm.add_argument("--quick", action="store_true", help="a smoke run of every stage (the config's `quick` block)")
+    dm.add_argument("--json", action="store_true", help="end with one JSON line: the per-method summary")
+    dm.add_argument("--workdir", help="work folder (default: the config's)")
+    dm.add_argument("--port", type=int, help="HTTP port of the Serve endpoint (default: the config's)")
+    dm.add_argument("--fresh", action="store_true", help="delete the work folder first instead of resuming")
+    dm.set_defaults(func=cmd_demo)
 
     toy = sub.add_parser("toy", help="the built-in tiny reasoning teacher").add_subparsers(dest="toy_cmd", required=True)
     b = toy.add_parser("build", help="train the toy teacher from scratch (fixed seed, ~14 min on 2 cores)")

@@ -42,8 +42,19 @@ def tok():
 # -- configs ------------------------------------------------------------------------------------
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_example_configs_validate(path, monkeypatch):
+    """Every recipe in examples/ loads with its own typed loader (unknown keys would be errors)."""
+    from pipelines.demo import load_demo_config
+    from pipelines.eval_config import load_calibrate_config, load_eval_config
+
     monkeypatch.setenv("SPECEXIT_ROOT", str(ROOT))
-    cfg = load_stage_config(path.stem, str(path))
+    stem = path.stem
+    if stem == "demo":
+        cfg = load_demo_config(path)
+        assert Path(cfg.workdir).is_absolute() and all(Path(getattr(cfg, s)).exists() for s in (
+            "traces", "labels", "train_draft", "calibrate", "serve", "evaluate"))
+        return
+    loader = {"evaluate": load_eval_config, "calibrate": load_calibrate_config}.get(stem)
+    cfg = loader(str(path)) if loader else load_stage_config(stem, str(path))
     assert Path(cfg.output).is_absolute()
 
 
@@ -288,3 +299,31 @@ def test_collate_places_labels_on_completion():
     assert b.confidence[0].tolist() == [0, 0, 0, 1, 0, 0] and b.think_mask[1].tolist() == [0, 1, 0, 0, 0, 0]
     t = collate(batch, pad_id=0, eos_id=9, max_len=3)
     assert t.input_ids.shape == (2, 3) and t.progress[0].tolist() == [0, 0, 0.5]
+
+
+def test_init_draft_stock_gets_signal_rows_and_keeps_vocab(tmp_path):
+    """`init_draft`: fine-tuning starts from a published (stock) EAGLE-3 head: zero signal rows are
+    added, its draft vocab is kept, and a vocab without the exit's tokens is refused."""
+    import torch
+    from safetensors.torch import load_file
+
+    from pipelines.config import TrainDraftConfig
+    from pipelines.train_draft import prepare_init_draft
+    from specexit_core.draft.checkpoint import convert, load_draft, read_config
+    from specexit_core.toy.paths import DRAFT_DIR
+
+    stock = convert(DRAFT_DIR, tmp_path / "stock", add_signals=False)
+    assert not read_config(stock).signals
+    cfg = TrainDraftConfig(input="x", output="y", target="t", run_name="r", init_draft=str(stock))
+    assert cfg.draft_vocab_size is None  # taken from the init draft
+    init, d2t, t2d = prepare_init_draft(cfg, tmp_path / "run", must_keep=[])
+    d = load_draft(init, expect_signals=True)
+    H = d.cfg.hidden_size
+    assert d.fc.weight.shape[0] == H + 3 and torch.count_nonzero(d.fc.weight[H:]) == 0  # fresh signal rows
+    ref = load_file(str(DRAFT_DIR / "model.safetensors"))
+    assert torch.equal(d2t, ref["d2t"].long()) and torch.equal(t2d, ref["t2d"].to(torch.bool))
+    unused = int((~t2d).nonzero()[0])
+    with pytest.raises(SystemExit, match="lacks token ids"):
+        prepare_init_draft(cfg, tmp_path / "run2", must_keep=[unused])
+    with pytest.raises(ValueError, match="draft_vocab_size .* or init_draft"):
+        TrainDraftConfig(input="x", output="y", target="t", run_name="r")
