@@ -17,7 +17,7 @@ from pydantic import Field, ValidationError, field_validator
 
 from .config import ConfigError, EngineConfig, InputConfig, RayConfig, _Strict, resolve_model, resolve_path
 
-METHODS = ("plain", "eagle3", "specexit", "budget", "deer", "dynasor", "nothink", "oracle")
+METHODS = ("plain", "eagle3", "specexit", "specexit_default", "budget", "deer", "dynasor", "nothink", "oracle")
 
 
 class DeerConfig(_Strict):
@@ -142,7 +142,7 @@ def resolve_eval(cfg: EvalConfig) -> EvalConfig:
 
 
 def load_eval_config(path: str | None = None, *, raw: dict | None = None, output: str | None = None,
-                     input: str | None = None, limit: int | None = None) -> EvalConfig:
+                     input: str | None = None, limit: int | None = None, calibrated: str | None = None) -> EvalConfig:
     """YAML (or a dict) + command-line overrides -> validated EvalConfig with absolute paths."""
     from .config import infer_input_kind
 
@@ -151,6 +151,8 @@ def load_eval_config(path: str | None = None, *, raw: dict | None = None, output
         d["output"] = output
     if limit is not None:
         d["limit"] = limit
+    if calibrated is not None:
+        d["calibrated"] = calibrated
     if input is not None:
         inp = dict(d.get("input") or {})
         inp.update(path=input, kind=infer_input_kind(input))

@@ -5,6 +5,7 @@ in what they send:
   plain     plain engine (no speculation)
   eagle3    EAGLE-3 + SpecExit draft, SpecExit off for the request (`{"specexit": False}`)
   specexit  the same engine, exit on (server defaults, an override, or the calibrated setting)
+  specexit_default  the same, always the server defaults (the draft's exit_defaults: paper values)
   budget    the same engine, a static thinking budget (`max_think_tokens`, signal exit impossible)
   deer      generate until a transition word; trial answer; exit if its mean probability > threshold
   dynasor   generate `every` tokens; probe; exit when the last `window` probe answers agree

@@ -111,9 +111,13 @@ class EvalWorker:
             from .eval_signals import SignalModel
 
             self.sig = SignalModel(e.model, cfg.draft)
-        for g in (self.spec, self.plain):  # warm-up: the first request pays one-off costs
+        for g in (self.spec, self.plain):  # warm-up: the first request of each kind pays one-off costs
             if g is not None:
                 g.one(enc("1"), max_tokens=4, temperature=0.0, seed=None, extra=False)
+                g.one(enc("1"), max_tokens=4, temperature=0.0, seed=None, extra=False, logprobs=True,
+                      stop_ids=ids_stop if (ids_stop := self.ids.deer_transitions) else None)
+                if any(t > 0 for t in cfg.temperatures):
+                    g.one(enc("1"), max_tokens=4, temperature=0.6, seed=1, extra=False)
         print(f"[evaluate] engines ready: methods {self.methods}, specexit {self.exit}", flush=True)
 
     # -- prompts -------------------------------------------------------------------------------
@@ -176,7 +180,7 @@ class EvalWorker:
                 elif m == "oracle":
                     res = self._oracle(pid, p, eagle, ref, common, decode)
                 else:
-                    extra = {"eagle3": False, "nothink": False, "plain": None, "specexit": self.exit,
+                    extra = {"eagle3": False, "nothink": False, "plain": None, "specexit": self.exit, "specexit_default": None,
                              "budget": budget_extra(int(setting) if setting else 0)}[m]
                     res = timed(gen, lambda: single(gen, ids, p, opened=opened, extra=extra, **common))
                 text = decode(res.completion)
@@ -234,8 +238,10 @@ class EvalWorker:
     def __call__(self, batch: pa.Table) -> pa.Table:
         t0 = time.time()
         rows = []
-        for r in batch.to_pylist():
+        for i, r in enumerate(batch.to_pylist()):
             rows += self._problem(r)
+            if (i + 1) % 10 == 0:
+                print(f"[evaluate] {i + 1}/{batch.num_rows} problems of this batch ({time.time() - t0:.0f}s)", flush=True)
         table = pa.Table.from_pylist([{f.name: r.get(f.name) for f in EVAL} for r in rows], schema=EVAL)
         name = write_part(self.cfg.output, table)
         n_err = sum(r["status"] != "ok" for r in rows)

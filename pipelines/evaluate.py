@@ -45,6 +45,8 @@ def _aggregate(rows: list[dict]) -> dict:
     infos = [json.loads(r["info"] or "{}") for r in ok]
     if any("probe_latency_s" in i for i in infos):  # oracle: the probing is not part of the method's latency
         out["probe_latency_s"] = statistics.mean(i.get("probe_latency_s", 0.0) for i in infos)
+    if any("prefix_matches" in i for i in infos):  # oracle replays: same think prefix as the probed trace?
+        out["replay_prefix_match_rate"] = sum(bool(i.get("prefix_matches", True)) for i in infos) / len(infos)
     if any("exit" in i for i in infos):
         out["exit_rate"] = sum(i.get("exit") is not None for i in infos) / len(infos)
     return out
@@ -202,6 +204,34 @@ def run_evaluation(cfg: EvalConfig) -> dict:
     return summary
 
 
+def toy_eval_config(*, draft: str, n: int, output: str, methods: list[str] | None = None,
+                    temperatures: list[float] | None = None, calibrated: str | None = None,
+                    teacher: str | None = None, **overrides) -> EvalConfig:
+    """The toy recipe (`examples/toy/evaluate.yaml`, shipped in the package's checkout) with the
+    pieces a caller such as `specexit demo` sets: the draft it trained, n test problems, the output."""
+    import yaml
+
+    from .eval_config import resolve_eval
+
+    recipe = Path(__file__).resolve().parents[1] / "examples" / "toy" / "evaluate.yaml"
+    d = yaml.safe_load(recipe.read_text())
+    d.update(draft=str(draft), output=str(output), limit=n, **overrides)
+    d["input"] = {**d["input"], "n": n}
+    if teacher is not None:
+        d["engine"]["model"] = str(teacher)
+    if methods is not None:
+        d["methods"] = list(methods)
+    if temperatures is not None:
+        d["temperatures"] = list(temperatures)
+    if calibrated is not None:
+        d["calibrated"] = str(calibrated)
+    root = recipe.parents[2]  # the recipe's relative model paths are relative to the checkout
+    for holder, key in ((d["engine"], "model"), (d, "draft")):
+        if not Path(holder[key]).is_absolute() and (root / holder[key]).exists():
+            holder[key] = str(root / holder[key])
+    return resolve_eval(EvalConfig.model_validate(d))
+
+
 def _exit_used(cfg: EvalConfig) -> dict | None:
     from .eval_worker import _specexit_overrides
 
@@ -217,6 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--input", help="override the eval set path (.jsonl / .parquet / folder)")
     ap.add_argument("--output", help="override the output folder")
     ap.add_argument("--limit", type=int, help="only the first N problems")
+    ap.add_argument("--calibrated", help="JSON written by `specexit calibrate`: the exit setting of `specexit`")
     ap.add_argument("--report", action="store_true", help="also write report.md + PNGs into the output folder")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args(argv)
@@ -225,7 +256,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"--limit must be >= 1, got {args.limit}", file=sys.stderr)
         return 2
     try:
-        cfg = load_eval_config(args.config, input=args.input, output=args.output, limit=args.limit)
+        cfg = load_eval_config(args.config, input=args.input, output=args.output, limit=args.limit,
+                               calibrated=args.calibrated)
     except (ConfigError, OSError) as e:
         print(str(e), file=sys.stderr)
         return 2

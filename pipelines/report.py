@@ -17,8 +17,8 @@ import json
 import sys
 from pathlib import Path
 
-ORDER = ["plain", "eagle3", "specexit", "budget", "deer", "dynasor", "nothink", "oracle"]
-COLORS = {"plain": "#7f7f7f", "eagle3": "#1f77b4", "specexit": "#d62728", "budget": "#9467bd", "deer": "#2ca02c",
+ORDER = ["plain", "eagle3", "specexit", "specexit_default", "budget", "deer", "dynasor", "nothink", "oracle"]
+COLORS = {"plain": "#7f7f7f", "eagle3": "#1f77b4", "specexit": "#d62728", "specexit_default": "#e377c2", "budget": "#9467bd", "deer": "#2ca02c",
           "dynasor": "#ff7f0e", "nothink": "#8c564b", "oracle": "#000000"}
 
 
