@@ -1,12 +1,18 @@
-"""Writes the KubeRay manifests in `cluster/kuberay/` from the project's own configs.
+"""Writes the KubeRay manifests in `cluster/kuberay/` and the `ray up` Serve configs in
+`cluster/serve/` from the project's own configs.
 
-    python -m cluster.render_kuberay            # (re)write cluster/kuberay/**.yaml
-    python -m cluster.render_kuberay --check    # exit 1 if a committed manifest is stale
+    python -m cluster.render_kuberay            # (re)write cluster/kuberay/**.yaml, cluster/serve/*.yaml
+    python -m cluster.render_kuberay --check    # exit 1 if a committed file is stale
 
-Sources of truth, so the manifests cannot drift from what the rest of the project runs:
-- a RayService's `serveConfigV2` is the `applications` list of the recipe's Serve config, verbatim:
-  `serve_app/gpu_tp2.yaml` (the GPU app's `serve run` config) for Qwen3-4B-Thinking-2507,
-  `cluster/serve/r1-llama-8b.yaml` for DeepSeek-R1-Distill-Llama-8B;
+Sources of truth, so these files cannot drift from what the rest of the project runs:
+- `serve_app/gpu_tp2.yaml` (the GPU app's `serve run` config) is the Serve config. The Qwen3-4B
+  RayService's `serveConfigV2` is its `applications` list, verbatim. `cluster/serve/<recipe>.yaml`
+  are copies of it with only the fields in SERVE_OVERRIDES changed (the model, the draft the
+  recipe trains, no `accelerator_type` so the 24 GB / A100 nodes of the `ray up` clusters qualify);
+  the DeepSeek-R1-Distill-Llama-8B RayService serves `cluster/serve/r1-llama-8b.yaml`;
+- a RayService's pods see the draft the recipe's train_draft config writes at the path the Serve
+  config names (a sub-path mount of the shared volume when the two differ), and the API-key file
+  the Serve config names (from the Secret `specexit-api-keys`) when auth is on;
 - each RayJob runs `python -m pipelines.<stage> --config <examples/gpu/... file>` and its worker
   group has exactly the GPUs that config asks for (engines x tensor parallel, or training workers).
 
@@ -25,6 +31,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "cluster" / "kuberay"
+SERVE_GPU_CONFIG = "serve_app/gpu_tp2.yaml"  # the GPU app's `serve run` config (issue #6)
 IMAGE = "${SPECEXIT_IMAGE}"
 IMAGE_ROOT = "/home/ray/specexit"  # where cluster/Dockerfile puts the checkout
 RAY_VERSION = "2.60.0"
@@ -32,6 +39,17 @@ STORAGE_CLAIM = "specexit-storage"
 STORAGE_MOUNT = "/mnt/cluster_storage"
 HF_HOME = f"{STORAGE_MOUNT}/hf-cache"  # one model download for every pod and every job
 STAGES = ("traces", "labels", "train_draft")
+API_KEYS_SECRET = "specexit-api-keys"
+_DELETE = object()
+
+# cluster/serve/<recipe>.yaml = serve_app/gpu_tp2.yaml with these `applications[0].args` changes
+# (nested dicts merge; _DELETE removes a key). "{draft}" is the recipe's train_draft output.
+SERVE_OVERRIDES = {
+    "qwen3-4b": {"model": {"draft": "{draft}", "accelerator_type": _DELETE}},
+    "r1-llama-8b": {"model": {"id": "deepseek-r1-distill-llama-8b-specexit",
+                              "source": "deepseek-ai/DeepSeek-R1-Distill-Llama-8B", "draft": "{draft}",
+                              "accelerator_type": _DELETE, "reasoning_parser": "deepseek_r1"}},
+}
 
 
 @dataclass(frozen=True)
@@ -40,7 +58,7 @@ class Recipe:
 
     name: str
     configs: str  # folder with traces.yaml, labels.yaml, train_draft.yaml (relative to the repo root)
-    serve_config: str  # `serve run` / `serve deploy` config of the app that serves the trained draft
+    rayservice_config: str  # Serve config whose `applications` the recipe's RayService carries
     gpus_per_pod: int
     cpus_per_pod: int
     memory_per_pod: str
@@ -48,7 +66,7 @@ class Recipe:
 
 
 RECIPES = (
-    Recipe("qwen3-4b", "examples/gpu", "serve_app/gpu_tp2.yaml", 4, 44, "170Gi",
+    Recipe("qwen3-4b", "examples/gpu", SERVE_GPU_CONFIG, 4, 44, "170Gi",
            "4x 24 GB GPUs (L4 / A10G), e.g. GKE g2-standard-48"),
     Recipe("r1-llama-8b", "examples/gpu/deepseek-r1-8b", "cluster/serve/r1-llama-8b.yaml", 8, 88, "600Gi",
            "8x A100 / H100, e.g. GKE a2-highgpu-8g, EKS p4d.24xlarge"),
@@ -90,7 +108,7 @@ def _env():
     return [{"name": "HF_HOME", "value": HF_HOME}, {"name": "TOKENIZERS_PARALLELISM", "value": "false"}]
 
 
-def head_group(serve: bool) -> dict:
+def head_group(serve: bool, extra_volumes=(), extra_mounts=()) -> dict:
     ports = [{"containerPort": 6379, "name": "gcs-server"}, {"containerPort": 8265, "name": "dashboard"},
              {"containerPort": 10001, "name": "client"}, {"containerPort": 8080, "name": "metrics"}]
     if serve:
@@ -102,16 +120,16 @@ def head_group(serve: bool) -> dict:
         "template": {"spec": {
             "containers": [{
                 "name": "ray-head", "image": IMAGE, "imagePullPolicy": "IfNotPresent",
-                "ports": ports, "env": _env(), "volumeMounts": _mounts(),
+                "ports": ports, "env": _env(), "volumeMounts": _mounts() + list(extra_mounts),
                 "resources": {"requests": dict(res), "limits": dict(res)},
             }],
-            "volumes": _volumes(),
+            "volumes": _volumes() + list(extra_volumes),
         }},
     }
 
 
 def gpu_group(name: str, gpus: int, cpus: int, memory: str, replicas: int, min_replicas: int,
-              max_replicas: int) -> dict:
+              max_replicas: int, extra_volumes=(), extra_mounts=()) -> dict:
     res = {"cpu": str(cpus), "memory": memory, "nvidia.com/gpu": str(gpus)}
     return {
         "groupName": name, "replicas": replicas, "minReplicas": min_replicas, "maxReplicas": max_replicas,
@@ -119,10 +137,10 @@ def gpu_group(name: str, gpus: int, cpus: int, memory: str, replicas: int, min_r
         "template": {"spec": {
             "containers": [{
                 "name": "ray-worker", "image": IMAGE, "imagePullPolicy": "IfNotPresent",
-                "env": _env(), "volumeMounts": _mounts(),
+                "env": _env(), "volumeMounts": _mounts() + list(extra_mounts),
                 "resources": {"requests": dict(res), "limits": dict(res)},
             }],
-            "volumes": _volumes(),
+            "volumes": _volumes() + list(extra_volumes),
             # GPU node pools are usually tainted; add a nodeSelector for your accelerator if you have several.
             "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
         }},
@@ -158,13 +176,60 @@ def rayjob(recipe: Recipe, stage: str) -> dict:
     }
 
 
-def serve_applications(recipe: Recipe) -> list:
-    doc = yaml.safe_load((ROOT / recipe.serve_config).read_text())
-    return doc["applications"]
+def trained_draft(recipe: Recipe) -> str:
+    return load_config("train_draft", ROOT / recipe.configs / "train_draft.yaml").output
+
+
+def _merge(base: dict, over: dict, recipe: Recipe) -> dict:
+    out = dict(base)
+    for k, v in over.items():
+        if v is _DELETE:
+            out.pop(k, None)
+        elif isinstance(v, dict):
+            out[k] = _merge(base.get(k) or {}, v, recipe)
+        else:
+            out[k] = trained_draft(recipe) if v == "{draft}" else v
+    return out
+
+
+def serve_variant(recipe: Recipe) -> dict:
+    """cluster/serve/<recipe>.yaml: serve_app/gpu_tp2.yaml with SERVE_OVERRIDES[recipe] applied."""
+    doc = yaml.safe_load((ROOT / SERVE_GPU_CONFIG).read_text())
+    (app,) = doc["applications"]
+    app["args"] = _merge(app["args"], SERVE_OVERRIDES[recipe.name], recipe)
+    return doc
+
+
+def serve_doc(recipe: Recipe) -> dict:
+    if recipe.rayservice_config == SERVE_GPU_CONFIG:
+        return yaml.safe_load((ROOT / SERVE_GPU_CONFIG).read_text())
+    return serve_variant(recipe)
+
+
+def serve_pod_extras(recipe: Recipe, applications: list) -> tuple[list, list]:
+    """Volumes and mounts the Serve replicas need beyond the shared volume."""
+    volumes, mounts = [], []
+    for app in applications:
+        args = app.get("args") or {}
+        draft = (args.get("model") or {}).get("draft")
+        trained = trained_draft(recipe)
+        if draft and draft != trained and not draft.startswith(STORAGE_MOUNT + "/"):
+            # the Serve config reads the draft elsewhere: show it the one the recipe trained
+            mounts.append({"name": "storage", "mountPath": draft, "readOnly": True,
+                           "subPath": trained[len(STORAGE_MOUNT) + 1:]})
+        auth = args.get("auth") or {}
+        if auth.get("enabled") and auth.get("api_keys_file"):
+            key_file = Path(auth["api_keys_file"])
+            volumes.append({"name": "api-keys", "secret": {
+                "secretName": API_KEYS_SECRET, "optional": True,  # no Secret: no keys, every request 401
+                "items": [{"key": "api-keys", "path": key_file.name}]}})
+            mounts.append({"name": "api-keys", "mountPath": str(key_file.parent), "readOnly": True})
+    return volumes, mounts
 
 
 def rayservice(recipe: Recipe) -> dict:
-    applications = serve_applications(recipe)
+    applications = serve_doc(recipe)["applications"]
+    vols, mounts = serve_pod_extras(recipe, applications)
     return {
         "apiVersion": "ray.io/v1",
         "kind": "RayService",
@@ -176,9 +241,9 @@ def rayservice(recipe: Recipe) -> dict:
             "rayClusterConfig": {
                 "rayVersion": RAY_VERSION,
                 "enableInTreeAutoscaling": True,  # Serve autoscaling adds / removes GPU worker pods
-                "headGroupSpec": head_group(serve=True),
+                "headGroupSpec": head_group(serve=True, extra_volumes=vols, extra_mounts=mounts),
                 "workerGroupSpecs": [gpu_group("gpu", SERVE_GPUS_PER_POD, SERVE_CPUS_PER_POD, SERVE_MEMORY_PER_POD,
-                                               1, 1, SERVE_MAX_WORKER_PODS)],
+                                               1, 1, SERVE_MAX_WORKER_PODS, vols, mounts)],
             },
         },
     }
@@ -200,7 +265,8 @@ def storage() -> dict:
 
 # -- files -----------------------------------------------------------------------------------------
 class _Dumper(yaml.SafeDumper):
-    pass
+    def ignore_aliases(self, data):  # plain repeated blocks, no &id001 anchors
+        return True
 
 
 def _str(dumper, s: str):
@@ -218,19 +284,47 @@ def dump(doc: dict, rel: str, note: str = "") -> str:
         doc, Dumper=_Dumper, sort_keys=False, width=1000)
 
 
+def _accelerator_note(applications: list) -> str:
+    types = sorted({t for a in applications if (t := ((a.get("args") or {}).get("model") or {}).get("accelerator_type"))})
+    return (f" Replicas ask for accelerator_type {', '.join(types)}: schedule the GPU pods on such nodes."
+            if types else "")
+
+
 def render() -> dict[str, str]:
-    """{path relative to the repo root: text}. A recipe's RayService needs its Serve config."""
+    """{path relative to the repo root: text}. Needs serve_app/gpu_tp2.yaml for the Serve files."""
     files = {"cluster/kuberay/storage.yaml": dump(storage(), "cluster/kuberay/storage.yaml",
                                                   "Shared volume for traces, labels, checkpoints, drafts and the HF cache.")}
     for recipe in RECIPES:
         for stage in STAGES:
             rel = f"cluster/kuberay/{recipe.name}/rayjob-{stage.replace('_', '-')}.yaml"
             files[rel] = dump(rayjob(recipe, stage), rel, f"{recipe.name}, stage {stage}: {recipe.gpu_note}.")
-        if (ROOT / recipe.serve_config).exists():
-            rel = f"cluster/kuberay/{recipe.name}/rayservice.yaml"
-            files[rel] = dump(rayservice(recipe), rel, f"serveConfigV2 = applications of {recipe.serve_config}; "
-                              f"one TP=2 replica per {SERVE_GPUS_PER_POD}-GPU pod.")
+    if not (ROOT / SERVE_GPU_CONFIG).exists():
+        return files
+    for recipe in RECIPES:
+        rel = f"cluster/serve/{recipe.name}.yaml"
+        changed = ", ".join(sorted(_flat(SERVE_OVERRIDES[recipe.name])))
+        files[rel] = SERVE_HEADER.format(recipe=recipe.name, path=rel, changed=changed) + yaml.safe_dump(
+            serve_variant(recipe), sort_keys=False, width=1000)
+        rel = f"cluster/kuberay/{recipe.name}/rayservice.yaml"
+        svc = rayservice(recipe)
+        apps = yaml.safe_load(svc["spec"]["serveConfigV2"])["applications"]
+        files[rel] = dump(svc, rel, f"serveConfigV2 = applications of {recipe.rayservice_config}; one TP=2 replica "
+                          f"per {SERVE_GPUS_PER_POD}-GPU pod.{_accelerator_note(apps)}")
     return files
+
+
+def _flat(d: dict, prefix: str = "") -> list[str]:
+    out = []
+    for k, v in d.items():
+        out += _flat(v, f"{prefix}{k}.") if isinstance(v, dict) else [f"{prefix}{k}"]
+    return out
+
+
+SERVE_HEADER = """# Serve config of the {recipe} recipe on the `ray up` clusters (docs/runbook.md, step A5):
+#   serve deploy {path}
+# Generated by `python -m cluster.render_kuberay` from serve_app/gpu_tp2.yaml -- edit that or
+# SERVE_OVERRIDES in cluster/render_kuberay.py, not this file. Changed args: {changed}.
+"""
 
 
 def main(argv=None) -> int:
@@ -238,9 +332,8 @@ def main(argv=None) -> int:
     ap.add_argument("--check", action="store_true", help="compare with the committed files, write nothing")
     a = ap.parse_args(argv)
     files = render()
-    for recipe in RECIPES:
-        if not (ROOT / recipe.serve_config).exists():
-            print(f"note: {recipe.serve_config} is missing: {recipe.name}/rayservice.yaml not rendered", file=sys.stderr)
+    if not (ROOT / SERVE_GPU_CONFIG).exists():
+        print(f"note: {SERVE_GPU_CONFIG} is missing: cluster/serve/ and the RayServices not rendered", file=sys.stderr)
     stale = []
     for rel, text in files.items():
         p = ROOT / rel

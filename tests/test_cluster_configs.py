@@ -70,6 +70,7 @@ def test_ray_up_yaml_shape(path):
     assert cfg["docker"]["image"] == "rayproject/ray:2.60.0-py311-gpu"
     assert cfg["file_mounts"]["/home/ray/specexit"] == "."
     assert cfg["file_mounts"]["/home/ray/.ray/auth_token"] == "~/.ray/auth_token"
+    assert cfg["file_mounts"]["/etc/specexit/api-keys"] == "~/.specexit/api-keys"  # Serve auth.api_keys_file
     assert any("pip install" in c and "/home/ray/specexit[gpu]" in c for c in cfg["setup_commands"])
     head_start = " ".join(cfg["head_start_ray_commands"])
     for flag in ("--port=6379", "--dashboard-port=8265", "--ray-client-server-port=10001", "RAY_AUTH_MODE=token",

@@ -1,8 +1,10 @@
-"""KubeRay manifests (cluster/kuberay/): they parse, have the right kinds and fields, are in sync
-with their sources (`python -m cluster.render_kuberay --check`), give each stage the GPUs its config
-asks for, and each RayService's `serveConfigV2` is exactly the `applications` of its Serve config
-(serve_app/gpu_tp2.yaml for Qwen3-4B, cluster/serve/r1-llama-8b.yaml for the 8B), accepted by the
-Serve app's own argument model. Seconds, no cluster."""
+"""KubeRay manifests (cluster/kuberay/) and the `ray up` Serve configs (cluster/serve/): they
+parse, have the right kinds and fields, are in sync with their sources (`python -m
+cluster.render_kuberay --check`), give each stage the GPUs its config asks for; each RayService's
+`serveConfigV2` is exactly the `applications` of its Serve config (serve_app/gpu_tp2.yaml for
+Qwen3-4B, cluster/serve/r1-llama-8b.yaml for the 8B) and builds, through Serve's own builder path
+and the app's typed validation, the same application; the Serve replicas see the draft the recipe
+trains. Seconds (~20 s for the app builds), no cluster."""
 
 from __future__ import annotations
 
@@ -59,7 +61,7 @@ def test_manifests_are_in_sync_with_their_sources():
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     expected = set(rk.render())
-    on_disk = {str(p.relative_to(ROOT)) for p in KDIR.rglob("*.yaml")}
+    on_disk = {str(p.relative_to(ROOT)) for p in [*KDIR.rglob("*.yaml"), *(ROOT / "cluster" / "serve").glob("*.yaml")]}
     assert on_disk == expected  # nothing stale left behind either
 
 
@@ -73,10 +75,8 @@ def test_every_manifest_parses_with_the_right_kind():
     assert sorted(kinds["RayJob"]) == sorted(f"{r.name}/rayjob-{s}.yaml" for r in rk.RECIPES
                                              for s in ("traces", "labels", "train-draft"))
     assert kinds["PersistentVolumeClaim"] == ["storage.yaml"]
-    assert sorted(kinds.get("RayService", [])) == sorted(
-        f"{r.name}/rayservice.yaml" for r in rk.RECIPES if (ROOT / r.serve_config).exists())
-    assert (KDIR / "r1-llama-8b" / "rayservice.yaml").exists()
-    assert (KDIR / "qwen3-4b" / "rayservice.yaml").exists() == SERVE_GPU.exists()
+    assert sorted(kinds.get("RayService", [])) == (
+        sorted(f"{r.name}/rayservice.yaml" for r in rk.RECIPES) if SERVE_GPU.exists() else [])
 
 
 @pytest.mark.parametrize("recipe", rk.RECIPES, ids=lambda r: r.name)
@@ -105,12 +105,11 @@ def test_storage_claim_is_shared():
 
 
 def _serve_recipes():
-    return [pytest.param(r, id=r.name, marks=needs_serve_config if r.serve_config == "serve_app/gpu_tp2.yaml" else ())
-            for r in rk.RECIPES]
+    return [pytest.param(r, id=r.name, marks=needs_serve_config) for r in rk.RECIPES]
 
 
-def test_the_4b_recipe_serves_the_gpu_app_config():
-    assert rk.RECIPES[0].name == "qwen3-4b" and rk.RECIPES[0].serve_config == "serve_app/gpu_tp2.yaml"
+def test_the_4b_rayservice_carries_the_gpu_app_config():
+    assert rk.RECIPES[0].name == "qwen3-4b" and rk.RECIPES[0].rayservice_config == "serve_app/gpu_tp2.yaml"
 
 
 @pytest.mark.parametrize("recipe", _serve_recipes())
@@ -118,7 +117,7 @@ def test_rayservice_serves_exactly_the_serve_config(recipe):
     (svc,) = _docs(KDIR / recipe.name / "rayservice.yaml")
     assert svc["kind"] == "RayService"
     serve_cfg = yaml.safe_load(svc["spec"]["serveConfigV2"])  # a YAML string inside the manifest
-    source = yaml.safe_load((ROOT / recipe.serve_config).read_text())
+    source = yaml.safe_load((ROOT / recipe.rayservice_config).read_text())
     assert serve_cfg == {"applications": source["applications"]}
     _check_cluster_spec(svc["spec"]["rayClusterConfig"], serve=True)
     assert svc["spec"]["rayClusterConfig"]["enableInTreeAutoscaling"] is True
@@ -151,7 +150,7 @@ def test_rayservice_builds_the_same_application_as_the_serve_config(recipe):
 
     (svc,) = _docs(KDIR / recipe.name / "rayservice.yaml")
     apps = yaml.safe_load(svc["spec"]["serveConfigV2"])["applications"]
-    source = yaml.safe_load((ROOT / recipe.serve_config).read_text())["applications"]
+    source = yaml.safe_load((ROOT / recipe.rayservice_config).read_text())["applications"]
     assert [a["name"] for a in apps] == [a["name"] for a in source]
     (group,) = svc["spec"]["rayClusterConfig"]["workerGroupSpecs"]
     for app, src in zip(apps, source):
@@ -168,32 +167,67 @@ def test_rayservice_builds_the_same_application_as_the_serve_config(recipe):
         assert args.autoscaling.max_replicas * args.model.tensor_parallel_size <= group["maxReplicas"] * _gpus(group)
 
 
-@needs_serve_config
-def test_gpu_serve_config_serves_the_draft_the_runbook_trains():
-    """docs/runbook.md deploys serve_app/gpu_tp2.yaml right after examples/gpu/train_draft.yaml."""
+def _leaves(d, prefix=""):
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict) and v:
+            out.update(_leaves(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+@pytest.mark.parametrize("recipe", _serve_recipes())
+def test_rayservice_pods_see_the_draft_the_recipe_trains(recipe):
+    """docs/runbook.md serves right after train_draft: the replicas must find that draft at the
+    path their Serve config names."""
     from pipelines.config import load_stage_config
     from serve_app.config import load_args
 
-    train = load_stage_config("train_draft", str(ROOT / "examples" / "gpu" / "train_draft.yaml"))
-    (app,) = yaml.safe_load(SERVE_GPU.read_text())["applications"]
+    train = load_stage_config("train_draft", str(ROOT / recipe.configs / "train_draft.yaml"))
+    (svc,) = _docs(KDIR / recipe.name / "rayservice.yaml")
+    (app,) = yaml.safe_load(svc["spec"]["serveConfigV2"])["applications"]
     args = load_args(app["args"])
     assert args.model.source == train.target
-    assert args.model.draft == train.output
+    (group,) = svc["spec"]["rayClusterConfig"]["workerGroupSpecs"]
+    (worker,) = _containers(group["template"])
+    if args.model.draft == train.output:
+        assert train.output.startswith("/mnt/cluster_storage/")  # on the shared volume every pod mounts
+    else:  # a sub-path of the shared volume mounted where the Serve config looks
+        assert {"name": "storage", "mountPath": args.model.draft, "readOnly": True,
+                "subPath": train.output.removeprefix("/mnt/cluster_storage/")} in worker["volumeMounts"]
+    if args.auth.enabled and args.auth.api_keys_file:  # the key file comes from the Secret
+        key = Path(args.auth.api_keys_file)
+        assert {"name": "api-keys", "mountPath": str(key.parent), "readOnly": True} in worker["volumeMounts"]
+        vols = {v["name"]: v for v in group["template"]["spec"]["volumes"]}
+        assert vols["api-keys"]["secret"]["secretName"] == "specexit-api-keys"
+        assert vols["api-keys"]["secret"]["items"] == [{"key": "api-keys", "path": key.name}]
 
 
-def test_r1_serve_config_is_a_valid_gpu_app():
-    """cluster/serve/r1-llama-8b.yaml (the runbook's 8B SERVE_CONFIG) through the same validation."""
+@pytest.mark.parametrize("recipe", _serve_recipes())
+def test_ray_up_serve_configs_are_the_gpu_app_with_declared_changes(recipe):
+    """cluster/serve/<recipe>.yaml (what `serve deploy` gets on the `ray up` clusters) differs from
+    serve_app/gpu_tp2.yaml only in the declared fields, serves the trained draft, runs on any of the
+    clusters' GPUs and builds."""
+    from pipelines.config import load_stage_config
     from serve_app.config import load_args
 
-    doc = yaml.safe_load((ROOT / "cluster" / "serve" / "r1-llama-8b.yaml").read_text())
-    (app,) = doc["applications"]
+    variant = yaml.safe_load((ROOT / "cluster" / "serve" / f"{recipe.name}.yaml").read_text())
+    base = yaml.safe_load(SERVE_GPU.read_text())
+    assert {k: v for k, v in variant.items() if k != "applications"} == {
+        k: v for k, v in base.items() if k != "applications"}
+    (app,), (base_app,) = variant["applications"], base["applications"]
+    assert {k: v for k, v in app.items() if k != "args"} == {k: v for k, v in base_app.items() if k != "args"}
+    got, want = _leaves(app["args"]), _leaves(base_app["args"])
+    changed = {k for k in got.keys() | want.keys() if got.get(k, "<absent>") != want.get(k, "<absent>")}
+    assert changed <= set(rk._flat(rk.SERVE_OVERRIDES[recipe.name])), changed
     args = load_args(app["args"])
-    assert args.model.source == "deepseek-ai/DeepSeek-R1-Distill-Llama-8B"
-    assert args.model.draft == "/mnt/cluster_storage/specexit/r1-llama-8b/specexit-draft"  # what train_draft writes
-    assert args.model.reasoning_parser == "deepseek_r1" and args.model.tensor_parallel_size == 2
-    if SERVE_GPU.exists():  # same app, same top-level shape as the 4B config
-        src = yaml.safe_load(SERVE_GPU.read_text())
-        assert app["import_path"] == src["applications"][0]["import_path"]
+    train = load_stage_config("train_draft", str(ROOT / recipe.configs / "train_draft.yaml"))
+    assert args.model.draft == train.output and args.model.source == train.target
+    assert args.model.accelerator == "gpu" and args.model.accelerator_type is None
+    assert args.model.tensor_parallel_size == 2
+    built = _build(app)
+    assert any(any(b.get("GPU") for b in d["bundles"] or []) for d in built.values())
 
 
 CRD_DIR = os.environ.get("SPECEXIT_KUBERAY_CRDS")  # a folder with KubeRay's ray.io_rayjobs.yaml, ray.io_rayservices.yaml
