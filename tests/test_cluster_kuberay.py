@@ -57,6 +57,8 @@ def _check_cluster_spec(spec: dict, serve: bool):
 
 
 def test_manifests_are_in_sync_with_their_sources():
+    if not SERVE_GPU.exists():
+        pytest.skip("serve_app/gpu_tp2.yaml not in this checkout: the Serve files cannot be rendered")
     r = subprocess.run([sys.executable, "-m", "cluster.render_kuberay", "--check"], cwd=ROOT,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
@@ -75,8 +77,7 @@ def test_every_manifest_parses_with_the_right_kind():
     assert sorted(kinds["RayJob"]) == sorted(f"{r.name}/rayjob-{s}.yaml" for r in rk.RECIPES
                                              for s in ("traces", "labels", "train-draft"))
     assert kinds["PersistentVolumeClaim"] == ["storage.yaml"]
-    assert sorted(kinds.get("RayService", [])) == (
-        sorted(f"{r.name}/rayservice.yaml" for r in rk.RECIPES) if SERVE_GPU.exists() else [])
+    assert sorted(kinds["RayService"]) == sorted(f"{r.name}/rayservice.yaml" for r in rk.RECIPES)
 
 
 @pytest.mark.parametrize("recipe", rk.RECIPES, ids=lambda r: r.name)
