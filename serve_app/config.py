@@ -1,0 +1,172 @@
+"""Typed `applications[].args` of the Serve config (`serve run serve_app/toy_cpu.yaml`, KubeRay
+`serveConfigV2`). Every model forbids unknown keys, so a typo fails when the app is built, not
+as a silently ignored setting hours later. Secrets never appear here: auth names where the keys
+live (an env var, a file), the ingress replica reads them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from specexit_core.exit_policy import ExitConfig
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def resolve_path(value: str) -> str:
+    """`toy:teacher` / `toy:draft` name the shipped toy models (valid on every node that has the
+    package); other relative paths are made absolute here, in the process that reads the YAML,
+    because replicas do not run in its working directory. Hub ids (`org/name`) that are not local
+    folders pass through."""
+    if value.startswith("toy:"):
+        from specexit_core.toy import paths
+
+        name = value[4:]
+        if name not in ("teacher", "draft"):
+            raise ValueError(f"unknown toy model {value!r}; use toy:teacher or toy:draft")
+        return str(paths.TEACHER_DIR if name == "teacher" else paths.DRAFT_DIR)
+    p = Path(value).expanduser()
+    if p.is_absolute() or p.exists():
+        return str(p.resolve())
+    return value
+
+
+class CpuArgs(_Strict):
+    kv_cache_gib: int = Field(1, ge=1, description="VLLM_CPU_KVCACHE_SPACE per replica (GiB)")
+    omp_threads_bind: Optional[str] = Field(
+        None, description="VLLM_CPU_OMP_THREADS_BIND, e.g. '0-1', or '0|1' for TP=2 (one core per rank)")
+
+
+class ModelArgs(_Strict):
+    id: str = Field(description="the model name clients send (`model` field) and /v1/models lists")
+    source: str = Field(description="model folder or hub id; `toy:teacher` for the shipped toy")
+    draft: Optional[str] = Field(None, description="SpecExit (or stock EAGLE-3) draft folder; none: no speculation")
+    num_speculative_tokens: int = Field(3, ge=1, le=16)
+    tensor_parallel_size: int = Field(1, ge=1)
+    accelerator: Literal["cpu", "gpu"] = "gpu"
+    accelerator_type: Optional[str] = Field(None, description="Ray accelerator type, e.g. H100 (GPU only)")
+    dtype: str = "auto"
+    max_model_len: Optional[int] = Field(None, ge=16)
+    max_num_seqs: Optional[int] = Field(None, ge=1)
+    enforce_eager: bool = False
+    seed: Optional[int] = None
+    reasoning_parser: Optional[str] = Field(
+        "qwen3", description="vLLM reasoning parser: splits <think>…</think> into `reasoning`; null: off")
+    aux_hidden_state_layer_ids: Optional[list[int]] = Field(
+        None, description="target layers the EAGLE-3 draft reads (needed for tiny targets)")
+    engine_kwargs: dict[str, Any] = Field(default_factory=dict, description="more vLLM AsyncEngineArgs (validated)")
+    cpu: CpuArgs = Field(default_factory=CpuArgs)
+    env: dict[str, str] = Field(default_factory=dict, description="extra env vars for the engine replica")
+
+    @field_validator("source", "draft")
+    @classmethod
+    def _paths(cls, v):
+        return None if v is None else resolve_path(v)
+
+    @field_validator("engine_kwargs")
+    @classmethod
+    def _known_engine_kwargs(cls, v: dict) -> dict:
+        try:
+            from vllm.engine.arg_utils import AsyncEngineArgs
+        except Exception:  # vLLM missing where the YAML is read (e.g. a CI lint job): vLLM checks at start
+            return v
+        known = {f.name for f in dataclasses.fields(AsyncEngineArgs)}
+        unknown = sorted(set(v) - known)
+        if unknown:
+            raise ValueError(f"unknown vLLM engine argument(s) {unknown} (see vllm AsyncEngineArgs)")
+        managed = sorted(set(v) & {"model", "served_model_name", "tensor_parallel_size", "speculative_config",
+                                   "reasoning_parser"})
+        if managed:
+            raise ValueError(f"set {managed} through the model fields (id, source, draft, tensor_parallel_size, "
+                             "reasoning_parser), not engine_kwargs")
+        return v
+
+    @model_validator(mode="after")
+    def _gpu_only(self):
+        if self.accelerator == "cpu" and self.accelerator_type:
+            raise ValueError("accelerator_type applies to accelerator: gpu only")
+        return self
+
+
+class SpecExitArgs(_Strict):
+    exit_defaults: dict[str, Any] = Field(
+        default_factory=dict, description="server-wide ExitConfig overrides (requests override these)")
+    telemetry_dir: Optional[str] = Field(
+        None, description="where the engine logs exit events (default: a per-replica temp folder)")
+
+    @field_validator("exit_defaults")
+    @classmethod
+    def _valid_exit(cls, v: dict) -> dict:
+        known = {f.name for f in dataclasses.fields(ExitConfig)}
+        unknown = sorted(set(v) - known)
+        if unknown:
+            raise ValueError(f"unknown SpecExit setting(s) {unknown}; known: {sorted(known)}")
+        ExitConfig().with_overrides(v)  # raises on bad values
+        return v
+
+
+class AutoscalingArgs(_Strict):
+    min_replicas: int = Field(1, ge=0)
+    max_replicas: int = Field(1, ge=1)
+    initial_replicas: Optional[int] = Field(None, ge=0)
+    target_ongoing_requests: float = Field(16, gt=0)
+    upscale_delay_s: float = Field(30.0, ge=0)
+    downscale_delay_s: float = Field(600.0, ge=0)
+
+    @model_validator(mode="after")
+    def _order(self):
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(f"min_replicas ({self.min_replicas}) > max_replicas ({self.max_replicas})")
+        if self.initial_replicas is not None and not self.min_replicas <= self.initial_replicas <= self.max_replicas:
+            raise ValueError("initial_replicas must lie in [min_replicas, max_replicas]")
+        return self
+
+
+class BackpressureArgs(_Strict):
+    max_ongoing_requests: int = Field(64, ge=1, description="requests one engine replica runs at once")
+    max_queued_requests: int = Field(64, ge=0, description="requests waiting for a replica; more are rejected")
+    overload_status: Literal[429, 503] = 429
+    retry_after_s: int = Field(1, ge=1, description="Retry-After header on 429/503")
+
+
+class AuthArgs(_Strict):
+    enabled: bool = False
+    api_keys_env: Optional[str] = Field("SPECEXIT_API_KEYS", description="env var: keys, comma/newline separated")
+    api_keys_file: Optional[str] = Field(None, description="file: one key per line (# comments); re-read on change")
+
+    @model_validator(mode="after")
+    def _source(self):
+        if self.enabled and not (self.api_keys_env or self.api_keys_file):
+            raise ValueError("auth.enabled needs api_keys_env or api_keys_file")
+        return self
+
+
+class HealthArgs(_Strict):
+    period_s: float = Field(5.0, gt=0, description="Serve calls check_health this often")
+    timeout_s: float = Field(30.0, gt=0, description="a check slower than this counts as failed")
+
+
+class AppArgs(_Strict):
+    model: ModelArgs
+    specexit: SpecExitArgs = Field(default_factory=SpecExitArgs)
+    autoscaling: AutoscalingArgs = Field(default_factory=AutoscalingArgs)
+    backpressure: BackpressureArgs = Field(default_factory=BackpressureArgs)
+    auth: AuthArgs = Field(default_factory=AuthArgs)
+    health: HealthArgs = Field(default_factory=HealthArgs)
+    request_timeout_s: float = Field(300.0, gt=0, description="whole request, queueing included; then 503")
+    replica_num_cpus: float = Field(0.0, ge=0, description="logical CPUs for the replica actor itself "
+                                    "(the engine ranks get one bundle each)")
+    ingress_num_cpus: float = Field(0.0, ge=0)
+
+
+def load_args(args: dict | AppArgs | None) -> AppArgs:
+    if isinstance(args, AppArgs):
+        return args
+    return AppArgs.model_validate(args or {})
+

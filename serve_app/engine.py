@@ -1,0 +1,160 @@
+"""Ray Serve LLM's vLLM engine plus SpecExit telemetry (injected into `LLMServer` as its engine class).
+
+Everything OpenAI-shaped (parsing, chat templates, reasoning parser, errors, streaming) stays in
+vLLM's own serving layer; this class only post-processes what it returns:
+* `usage.specexit` (serve_app/telemetry.py) on non-streaming responses and on the final usage
+  chunk of a stream (`stream_options.include_usage`);
+* `reasoning_content` next to vLLM 0.32's `reasoning`, for clients written against the older name;
+* counts the engine aborts (a client that disconnects must abort its request in the engine).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any, AsyncGenerator, Optional
+
+from ray.llm._internal.serve.engines.vllm.vllm_engine import VLLMEngine
+
+from specexit_core.vllm_plugin.controls import request_exit_config, server_defaults
+
+from .telemetry import ExitEventIndex, choice_telemetry, usage_block
+
+log = logging.getLogger("specexit.serve.engine")
+
+
+def _draft_specexit_block(engine_kwargs: dict) -> Optional[dict]:
+    spec = engine_kwargs.get("speculative_config") or {}
+    draft = spec.get("model") if isinstance(spec, dict) else getattr(spec, "model", None)
+    if not draft or not (Path(draft) / "config.json").exists():
+        return None
+    block = json.loads((Path(draft) / "config.json").read_text()).get("specexit")
+    return block if block and block.get("signals") else None
+
+
+class SpecExitVLLMEngine(VLLMEngine):
+    async def start(self) -> None:
+        await super().start()
+        kwargs = self.llm_config.get_engine_config().engine_kwargs
+        block = _draft_specexit_block(kwargs)
+        self._specexit_active = block is not None
+        self._exit_defaults = server_defaults(block) if block else None
+        self._think_end_id = int(block["token_ids"]["think_end"]) if block else self._tokenizer_think_end()
+        tdir = os.environ.get("SPECEXIT_TELEMETRY_DIR")
+        self._events = ExitEventIndex(tdir) if (tdir and block) else None
+        self._aborts = 0
+        orig_abort = self._engine_client.abort
+
+        async def abort(request_id, *args, **kw):
+            ids = [request_id] if isinstance(request_id, str) else list(request_id)
+            self._aborts += len(ids)
+            return await orig_abort(request_id, *args, **kw)
+
+        self._engine_client.abort = abort
+        log.info("SpecExit serving: active=%s think_end=%s telemetry=%s", self._specexit_active,
+                 self._think_end_id, tdir)
+
+    def _tokenizer_think_end(self) -> Optional[int]:
+        try:
+            tid = self._engine_client.tokenizer.convert_tokens_to_ids("</think>")
+            return tid if isinstance(tid, int) and tid >= 0 else None
+        except Exception:
+            return None
+
+    def specexit_stats(self) -> dict:
+        return {"aborts": self._aborts, "specexit_active": self._specexit_active}
+
+    # -- request handling ----------------------------------------------------------------------
+    def _enabled(self, request) -> bool:
+        if not self._specexit_active:
+            return False
+        try:
+            return request_exit_config(getattr(request, "vllm_xargs", None), self._exit_defaults).enabled
+        except ValueError:
+            return False  # vLLM answers 400 for it anyway
+
+    async def chat(self, request, raw_request_info=None) -> AsyncGenerator[Any, None]:
+        async for item in self._with_telemetry(super().chat, request, raw_request_info, chat=True):
+            yield item
+
+    async def completions(self, request, raw_request_info=None) -> AsyncGenerator[Any, None]:
+        async for item in self._with_telemetry(super().completions, request, raw_request_info, chat=False):
+            yield item
+
+    async def _with_telemetry(self, method, request, raw_request_info, *, chat: bool):
+        want_ids = bool(getattr(request, "return_token_ids", False))
+        request.return_token_ids = True  # think tokens are counted on ids, not re-tokenized text
+        enabled = self._enabled(request)
+        n = None if chat else max(int(getattr(request, "n", None) or 1), 1)
+        stream = _StreamRewriter(self, want_ids, enabled, n)
+        async for item in method(request, raw_request_info):
+            if isinstance(item, str):
+                yield stream.rewrite(item)
+            elif hasattr(item, "choices") and hasattr(item, "usage"):
+                yield self._finish_response(item, want_ids, enabled, n)
+            else:
+                yield item  # ErrorResponse
+
+    def _telemetry(self, response_id: str, token_ids_by_choice: dict[int, list[int]], enabled: bool,
+                   n: Optional[int]) -> dict:
+        """n=None: chat (engine ids `<response id>`); else completions, where vLLM ids each prompt
+        `<response id>-<prompt>` and choice c is sample c % n of prompt c // n."""
+        choices = []
+        for i in sorted(token_ids_by_choice):
+            key = (response_id, i) if n is None else (f"{response_id}-{i // n}", i % n)
+            ev = self._events.pop(*key) if self._events is not None else None
+            choices.append(choice_telemetry(token_ids_by_choice[i], self._think_end_id, ev))
+        return usage_block(enabled, choices or [choice_telemetry([], self._think_end_id, None)])
+
+    def _finish_response(self, resp, want_ids: bool, enabled: bool, n: Optional[int]):
+        chat = n is None
+        ids = {c.index: list(c.token_ids or []) for c in resp.choices}
+        if resp.usage is not None:
+            resp.usage.specexit = self._telemetry(resp.id, ids, enabled, n)
+        if not want_ids and getattr(resp, "prompt_token_ids", None) is not None:
+            resp.prompt_token_ids = None
+        for c in resp.choices:
+            if not want_ids:
+                c.token_ids = None
+                if getattr(c, "prompt_token_ids", None) is not None:
+                    c.prompt_token_ids = None
+            if chat and getattr(c.message, "reasoning", None) is not None:
+                c.message.reasoning_content = c.message.reasoning
+        return resp
+
+
+class _StreamRewriter:
+    """Rewrites vLLM's SSE strings (`data: {...}\\n\\n`) of one streamed request."""
+
+    def __init__(self, engine: SpecExitVLLMEngine, want_ids: bool, enabled: bool, n: Optional[int]):
+        self.engine, self.want_ids, self.enabled, self.n, self.chat = engine, want_ids, enabled, n, n is None
+        self.ids: dict[int, list[int]] = {}
+
+    def rewrite(self, text: str) -> str:
+        out = []
+        for event in text.split("\n\n"):
+            if not event:
+                continue
+            if not event.startswith("data: ") or event == "data: [DONE]":
+                out.append(event)
+                continue
+            obj = json.loads(event[6:])
+            if "choices" not in obj:  # an error event
+                out.append(event)
+                continue
+            if not self.want_ids:
+                obj.pop("prompt_token_ids", None)
+            for c in obj["choices"]:
+                self.ids.setdefault(c.get("index", 0), []).extend(c.get("token_ids") or [])
+                if not self.want_ids:
+                    c.pop("token_ids", None)
+                    c.pop("prompt_token_ids", None)
+                delta = c.get("delta")
+                if self.chat and delta and delta.get("reasoning") is not None:
+                    delta["reasoning_content"] = delta["reasoning"]
+            if obj.get("usage") and not obj["choices"]:  # the final usage chunk
+                obj["usage"]["specexit"] = self.engine._telemetry(obj["id"], self.ids, self.enabled, self.n)
+            out.append("data: " + json.dumps(obj, separators=(",", ":")))
+        return "".join(e + "\n\n" for e in out)

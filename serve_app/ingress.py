@@ -1,0 +1,148 @@
+"""The OpenAI ingress: Ray Serve LLM's `OpenAiIngress` with explicit overload and failure answers.
+
+Stock behaviour this changes, and why:
+* a full replica queue (`max_queued_requests`) raises `BackPressureError` inside the ingress,
+  which stock turns into a 500; here it is 429 (or 503, configurable) with `Retry-After`;
+* a dead or restarting replica (actor died, no replica available) is 503 + `Retry-After`, so
+  OpenAI clients retry instead of surfacing a 500;
+* one deadline (`request_timeout_s`) covers the whole request, queueing and streaming included;
+  stock only bounds the time to the first chunk (and answers 408). An expired stream ends with
+  an SSE error event; closing it cancels the replica call, which aborts the engine request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from typing import Optional
+
+from fastapi import Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError, RayTaskError
+from ray.llm._internal.serve.core.configs.openai_api_models import ErrorResponse
+from ray.llm._internal.serve.core.ingress.ingress import OpenAiIngress
+from ray.llm._internal.serve.core.ingress.utils import (
+    NON_STREAMING_RESPONSE_TYPES,
+    _openai_json_wrapper,
+    _peek_at_generator,
+)
+from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError
+
+from .auth import KeyStore
+
+log = logging.getLogger("specexit.serve.ingress")
+_UNAVAILABLE = (ActorDiedError, ActorUnavailableError, RayActorError, DeploymentUnavailableError)
+
+
+def _engine_dead(e: BaseException) -> bool:
+    """vLLM's EngineDeadError, wrapped by Ray on its way from the engine replica (matched by name:
+    the ingress does not import vLLM)."""
+    cause = getattr(e, "cause", None)
+    return any(type(x).__name__ == "EngineDeadError" for x in (e, cause) if x is not None) or \
+        "EngineDeadError" in str(e)
+
+
+def error_response(status: int, message: str, type_: str, retry_after: Optional[int] = None) -> JSONResponse:
+    headers = {"Retry-After": str(retry_after)} if retry_after else None
+    return JSONResponse({"error": {"message": message, "type": type_, "param": None, "code": status}},
+                        status_code=status, headers=headers)
+
+
+async def http_error_handler(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    """FastAPI answers HTTPException (e.g. unknown model, 404) as `{"detail": ...}`; OpenAI clients
+    expect `{"error": {...}}`."""
+    return error_response(exc.status_code, str(exc.detail), "invalid_request_error" if exc.status_code < 500
+                          else "server_error")
+
+
+async def validation_error_handler(request: Request, exc: RequestValidationError) -> JSONResponse:
+    """400 with the offending fields (stock Ray crashes with a 500 on a malformed JSON body: its
+    handler cannot serialize the raw bytes that pydantic puts in the error)."""
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(x) for x in err.get("loc", ()) if x != "body") or "body"
+        parts.append(f"{loc}: {err.get('msg', 'invalid')}")
+    return error_response(400, "invalid request: " + "; ".join(parts), "invalid_request_error")
+
+
+def _sse_error(status: int, message: str, type_: str) -> str:
+    return "data: " + json.dumps({"error": {"message": message, "type": type_, "code": status}}) + "\n\n"
+
+
+class SpecExitIngress(OpenAiIngress):
+    def __init__(self, llm_deployments, model_cards, *, lora_paths=None, request_timeout_s: float = 300.0,
+                 retry_after_s: int = 1, overload_status: int = 429, auth: Optional[dict] = None):
+        super().__init__(llm_deployments, model_cards, lora_paths=lora_paths)
+        self._timeout = float(request_timeout_s)
+        self._retry_after = int(retry_after_s)
+        self._overload_status = int(overload_status)
+        if auth and auth.get("enabled"):
+            # Fail at start-up, never serve open by accident: auth on but no key anywhere.
+            n = len(KeyStore(auth.get("api_keys_env"), auth.get("api_keys_file")).keys())
+            if n == 0:
+                raise RuntimeError("auth is enabled but no API key was found (set the env var "
+                                   f"{auth.get('api_keys_env')!r} or the file {auth.get('api_keys_file')!r})")
+            log.info("auth: %d API key(s) configured", n)
+
+    async def _process_llm_request(self, body, call_method: str, raw_request: Optional[Request] = None) -> Response:
+        deadline = time.monotonic() + self._timeout
+        try:
+            async with asyncio.timeout(self._timeout):
+                gen = self._get_response(body=body, call_method=call_method, raw_request=raw_request)
+                first, gen = await _peek_at_generator(gen)
+        except BackPressureError:
+            return error_response(self._overload_status, "server overloaded: the request queue is full, retry later",
+                                  "overloaded_error", self._retry_after)
+        except TimeoutError:
+            return error_response(503, f"request timed out after {self._timeout:g}s (server busy or restarting)",
+                                  "timeout_error", self._retry_after)
+        except _UNAVAILABLE as e:
+            log.warning("engine replica unavailable: %s", type(e).__name__)
+            return error_response(503, "model replica unavailable (restarting), retry later",
+                                  "service_unavailable_error", self._retry_after)
+        except RayTaskError as e:
+            if not _engine_dead(e):
+                raise
+            log.warning("engine dead under a request; the health check replaces the replica")
+            return error_response(503, "model engine failed, its replica is being replaced; retry later",
+                                  "service_unavailable_error", self._retry_after)
+
+        chunk = first[0] if isinstance(first, list) else first
+        if isinstance(chunk, ErrorResponse):
+            code = chunk.error.code
+            if code >= 500:  # e.g. the engine died under this request: retryable
+                return error_response(503, chunk.error.message, chunk.error.type, self._retry_after)
+            return error_response(code, chunk.error.message, chunk.error.type)
+        if isinstance(chunk, NON_STREAMING_RESPONSE_TYPES):
+            return JSONResponse(content=chunk.model_dump())
+        return StreamingResponse(self._guarded(_openai_json_wrapper(gen), deadline),
+                                 media_type="text/event-stream")
+
+    async def _guarded(self, stream, deadline: float):
+        """The rest of the deadline applies to the stream; failures become a final SSE error event."""
+        it = stream.__aiter__()
+        try:
+            while True:
+                left = deadline - time.monotonic()
+                try:
+                    async with asyncio.timeout(max(left, 0.001)):
+                        item = await it.__anext__()
+                except StopAsyncIteration:
+                    return
+                yield item
+        except TimeoutError:
+            yield _sse_error(503, f"request timed out after {self._timeout:g}s", "timeout_error")
+        except _UNAVAILABLE:
+            yield _sse_error(503, "model replica died during the request, retry", "service_unavailable_error")
+        except RayTaskError as e:
+            if not _engine_dead(e):
+                raise
+            yield _sse_error(503, "model engine failed during the request, retry", "service_unavailable_error")
+        finally:
+            await stream.aclose()  # cancels the replica call -> the engine aborts the request
+

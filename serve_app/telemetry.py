@@ -1,0 +1,99 @@
+"""SpecExit telemetry in the OpenAI `usage` object (`usage.specexit`).
+
+The exit is decided in the engine's worker process; the plugin appends each realised exit to
+`$SPECEXIT_TELEMETRY_DIR/exits-<pid>.jsonl` (see specexit_core/vllm_plugin/telemetry.py). The
+engine replica tails those files (`ExitEventIndex`) and joins them with the finished response by
+request id; think tokens are counted from the generated token ids, which the replica asks vLLM
+for (`return_token_ids`) and strips again unless the client asked for them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any, Optional
+
+_CHILD = re.compile(r"^(\d+)_(.*)$")
+
+
+def split_internal_id(internal_id: str) -> tuple[str, int]:
+    """vLLM internal id -> (response id, choice index). The engine appends `-<8 chars>` to the
+    id the OpenAI layer made (`chatcmpl-…` / `cmpl-…`); with n > 1 each choice is a child
+    request `<i>_<parent id>`."""
+    choice = 0
+    m = _CHILD.match(internal_id)
+    if m:
+        choice, internal_id = int(m.group(1)), m.group(2)
+    head, sep, tail = internal_id.rpartition("-")
+    base = head if sep and len(tail) == 8 else internal_id
+    return base, choice
+
+
+class ExitEventIndex:
+    """Incremental reader of the exit-event files of one engine (one folder per replica)."""
+
+    def __init__(self, directory: str | Path, max_events: int = 20000):
+        self.dir = Path(directory)
+        self.max_events = max_events
+        self._offsets: dict[Path, int] = {}
+        self._events: OrderedDict[tuple[str, int], dict] = OrderedDict()
+
+    def _refresh(self) -> None:
+        for f in sorted(self.dir.glob("exits-*.jsonl")):
+            off = self._offsets.get(f, 0)
+            try:
+                with open(f, "rb") as fh:
+                    fh.seek(off)
+                    data = fh.read()
+            except FileNotFoundError:
+                continue
+            end = data.rfind(b"\n") + 1  # a line still being written waits for the next refresh
+            for line in data[:end].splitlines():
+                if line.strip():
+                    ev = json.loads(line)
+                    self._events[split_internal_id(ev["req_id"])] = ev  # TP ranks log the same exit
+            self._offsets[f] = off + end
+        while len(self._events) > self.max_events:  # exits of requests nobody asked about (aborted)
+            self._events.popitem(last=False)
+
+    def pop(self, response_id: str, choice: int = 0) -> Optional[dict]:
+        key = (response_id, choice)
+        if key not in self._events:
+            self._refresh()
+        return self._events.pop(key, None)
+
+
+def choice_telemetry(token_ids: list[int], think_end_id: Optional[int], event: Optional[dict]) -> dict:
+    """One choice's fields. think_tokens: generated tokens before the first `</think>` (all of them
+    when it never came); with an exit, the tokens up to and including the split token."""
+    ids = list(token_ids or [])
+    think = ids.index(think_end_id) if think_end_id is not None and think_end_id in ids else len(ids)
+    smoothed = (event or {}).get("smoothed") or None
+    remaining = smoothed.get("remaining") if smoothed else None
+    return {
+        "think_tokens": think,
+        "exited": event is not None,
+        "exit_index": event["exit_index"] if event else None,
+        "exit_reason": event["reason"] if event else None,
+        "saved_tokens_estimate": int(round(remaining)) if remaining is not None else None,
+        "signals": smoothed,
+    }
+
+
+def usage_block(enabled: bool, choices: list[dict]) -> dict:
+    """`usage.specexit`: sums over the choices (n = 1: exactly that choice), plus `choices` when n > 1."""
+    out: dict[str, Any] = {
+        "enabled": enabled,
+        "think_tokens": sum(c["think_tokens"] for c in choices),
+        "exited": any(c["exited"] for c in choices),
+        "exit_index": choices[0]["exit_index"] if len(choices) == 1 else None,
+        "exit_reason": choices[0]["exit_reason"] if len(choices) == 1 else None,
+        "saved_tokens_estimate": (sum(c["saved_tokens_estimate"] or 0 for c in choices)
+                                  if any(c["saved_tokens_estimate"] is not None for c in choices) else None),
+        "signals": choices[0]["signals"] if len(choices) == 1 else None,
+    }
+    if len(choices) > 1:
+        out["choices"] = choices
+    return out

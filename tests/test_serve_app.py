@@ -1,0 +1,327 @@
+"""The Serve app for real: Ray Serve + vLLM CPU engine + toy teacher/SpecExit draft, over HTTP with the
+official `openai` client and httpx. One app is shared by the whole module (engine start ~30 s); the
+fault-injection tests run last because they restart the engine replica."""
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import time
+
+import httpx
+import pytest
+
+pytestmark = pytest.mark.vllm
+
+KEY = "sk-test-file-key"
+ENV_KEY = "sk-test-env-key"
+MODEL = "specexit-toy"
+APP = "specexit"
+SERVER = f"SpecExitLLMServer:{MODEL}"
+PROMPT = "Compute from left to right : 7 + 5 * 3 - 4"
+GOOD = {"model": MODEL, "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 20}
+FORCED = {"specexit_method": "progress", "specexit_progress_threshold": 0.0}  # exit at the first \n\n
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def app_args(key_file: str) -> dict:
+    return {
+        "model": {"id": MODEL, "source": "toy:teacher", "draft": "toy:draft", "accelerator": "cpu",
+                  "dtype": "float32", "enforce_eager": True, "max_model_len": 512, "max_num_seqs": 32, "seed": 0,
+                  "cpu": {"kv_cache_gib": 1, "omp_threads_bind": "0-1"}},
+        "autoscaling": {"min_replicas": 1, "max_replicas": 1, "target_ongoing_requests": 16},
+        # queue >= client concurrency: a finished request frees its replica slot a little after the client
+        # has its answer, so a client at concurrency 16 briefly queues up to 16 requests
+        "backpressure": {"max_ongoing_requests": 16, "max_queued_requests": 16, "retry_after_s": 2},
+        "auth": {"enabled": True, "api_keys_env": "SPECEXIT_TEST_API_KEYS", "api_keys_file": key_file},
+        "health": {"period_s": 2, "timeout_s": 10},
+        "request_timeout_s": 60,
+    }
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    import ray
+    from ray import serve
+
+    from serve_app.app import build_app
+
+    key_file = tmp_path_factory.mktemp("secret") / "keys"
+    key_file.write_text(f"# test keys\n{KEY}\n")
+    os.environ["SPECEXIT_TEST_API_KEYS"] = ENV_KEY  # workers inherit the driver's env at ray.init
+    port = free_port()
+    ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False)
+    try:
+        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        serve.run(build_app(app_args(str(key_file))), name=APP, route_prefix="/", blocking=False)
+        url = f"http://127.0.0.1:{port}"
+        _wait_ready(url)
+        yield url
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+
+
+def _wait_ready(url: str, timeout: float = 240) -> None:
+    """Until a generation succeeds (/v1/models is answered by the ingress alone)."""
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        try:
+            r = httpx.post(url + "/v1/chat/completions", json=GOOD, headers=auth(), timeout=30)
+            if r.status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(1)
+    raise TimeoutError("Serve app did not become ready")
+
+
+def auth(key: str = KEY) -> dict:
+    return {"Authorization": f"Bearer {key}"}
+
+
+@pytest.fixture(scope="module")
+def client(base):
+    from openai import OpenAI
+
+    return OpenAI(base_url=base + "/v1", api_key=KEY, max_retries=0, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from transformers import AutoTokenizer
+
+    from specexit_core.toy.paths import TEACHER_DIR
+
+    return AutoTokenizer.from_pretrained(str(TEACHER_DIR))
+
+
+def chat(client, xargs=None, **kw):
+    extra = dict(kw.pop("extra_body", {}))
+    if xargs is not None:
+        extra["vllm_xargs"] = xargs
+    return client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": kw.pop("prompt", PROMPT)}],
+                                          max_tokens=kw.pop("max_tokens", 300), temperature=0,
+                                          extra_body=extra or None, **kw)
+
+
+def specexit_usage(resp) -> dict:
+    return resp.usage.model_extra["specexit"]
+
+
+def handle(method: str):
+    from ray import serve
+
+    return getattr(serve.get_deployment_handle(SERVER, app_name=APP), method).remote().result(timeout_s=30)
+
+
+# -- the OpenAI surface ------------------------------------------------------------------------------
+def test_models(client):
+    assert [m.id for m in client.models.list().data] == [MODEL]
+
+
+def test_chat_reasoning_separated_and_think_tokens_match_the_text(client, tokenizer):
+    r = chat(client, extra_body={"return_token_ids": True})
+    msg, se = r.choices[0].message, specexit_usage(r)
+    reasoning = msg.model_extra["reasoning"]
+    assert msg.model_extra["reasoning_content"] == reasoning
+    assert "</think>" not in msg.content and "<think>" not in reasoning and "The answer is" in msg.content
+    ids = r.choices[0].model_extra["token_ids"]
+    think_end = tokenizer.convert_tokens_to_ids("</think>")
+    assert se["think_tokens"] == ids.index(think_end) == r.usage.completion_tokens_details.reasoning_tokens
+    assert tokenizer.decode(ids[: se["think_tokens"]]) == reasoning
+    assert se["enabled"] is True and se["exited"] is True and se["exit_reason"] == "signals"
+    assert se["exit_index"] == se["think_tokens"] - 1  # the split token is the last think token
+    assert se["saved_tokens_estimate"] > 0 and set(se["signals"]) == {"confidence", "progress", "remaining"}
+    # token ids only when asked for
+    assert chat(client).choices[0].model_extra.get("token_ids") is None
+
+
+def test_chat_stream_matches_non_stream(client):
+    full = chat(client)
+    stream = chat(client, stream=True, stream_options={"include_usage": True})
+    reasoning, content, usage = "", "", None
+    for ch in stream:
+        if ch.usage is not None:
+            usage = ch.usage
+        for c in ch.choices:
+            reasoning += (c.delta.model_extra or {}).get("reasoning") or ""
+            content += c.delta.content or ""
+            assert (c.delta.model_extra or {}).get("reasoning_content") == (c.delta.model_extra or {}).get("reasoning")
+    assert reasoning == full.choices[0].message.model_extra["reasoning"]
+    assert content == full.choices[0].message.content
+    assert usage.model_extra["specexit"] == specexit_usage(full)
+
+
+def test_completions_stream_and_not(client, tokenizer):
+    prompt = tokenizer.apply_chat_template([{"role": "user", "content": PROMPT}], tokenize=False,
+                                           add_generation_prompt=True)
+    r = client.completions.create(model=MODEL, prompt=prompt, max_tokens=300, temperature=0,
+                                  extra_body={"return_token_ids": True})
+    text, se = r.choices[0].text, r.usage.model_extra["specexit"]
+    ids = r.choices[0].model_extra["token_ids"]
+    assert "</think>" in text and se["think_tokens"] == ids.index(tokenizer.convert_tokens_to_ids("</think>"))
+    assert se["exited"] is True
+    s = client.completions.create(model=MODEL, prompt=prompt, max_tokens=300, temperature=0, stream=True,
+                                  stream_options={"include_usage": True})
+    chunks = list(s)
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == text
+    assert chunks[-1].usage.model_extra["specexit"] == se
+
+
+def test_specexit_controls_change_the_output(client):
+    on, off = chat(client), chat(client, {"specexit_enabled": 0})
+    forced = chat(client, FORCED)
+    never = chat(client, {"specexit_confidence_threshold": 1.0})  # confidence never exceeds 1
+    budget = chat(client, {"specexit_max_think_tokens": 10})
+    s_on, s_off, s_forced, s_never, s_budget = map(specexit_usage, (on, off, forced, never, budget))
+    assert s_off == {**s_off, "enabled": False, "exited": False, "exit_index": None}
+    assert s_on["exited"] and s_on["think_tokens"] < s_off["think_tokens"]
+    assert s_forced["exited"] and s_forced["think_tokens"] < s_on["think_tokens"]
+    assert forced.choices[0].message.model_extra["reasoning"].count("\n\n") == 1  # one paragraph of thought
+    assert not s_never["exited"] and never.choices[0].message.model_extra["reasoning"] == \
+        off.choices[0].message.model_extra["reasoning"]
+    assert s_budget["exited"] and s_budget["exit_reason"] == "max_think_tokens" and s_budget["think_tokens"] == 10
+    # greedy decoding up to the exit point is untouched by the exit
+    assert off.choices[0].message.model_extra["reasoning"].startswith(on.choices[0].message.model_extra["reasoning"])
+
+
+# -- bad input: 4xx with a clear message, and the server keeps serving ----------------------------------
+
+
+@pytest.mark.parametrize("body,status,needle", [
+    (b"{not json", 400, "json"),
+    ({"model": MODEL, "max_tokens": 20}, 400, "messages"),
+    ({**GOOD, "messages": []}, 400, "message"),
+    ({**GOOD, "messages": "hello"}, 400, "messages"),
+    ({**GOOD, "max_tokens": "ten"}, 400, "max_tokens"),
+    ({**GOOD, "temperature": "hot"}, 400, "temperature"),
+    ({**GOOD, "max_tokens": -1}, 400, "max_tokens"),
+    ({**GOOD, "max_tokens": 10**9}, 400, "max"),
+    ({**GOOD, "messages": [{"role": "user", "content": "1 + 2 " * 400}]}, 400, "context"),
+    ({**GOOD, "model": "gpt-17"}, 404, "gpt-17"),
+    ({**GOOD, "vllm_xargs": {"specexit_confidence_threshold": 3}}, 400, "confidence_threshold"),
+    ({**GOOD, "vllm_xargs": {"specexit_nope": 1}}, 400, "unknown SpecExit control"),
+    ({**GOOD, "vllm_xargs": {"specexit_enabled": "perhaps"}}, 400, "boolean"),
+], ids=["malformed-json", "missing-messages", "empty-messages", "messages-wrong-type", "max-tokens-wrong-type",
+        "temperature-wrong-type", "negative-max-tokens", "huge-max-tokens", "prompt-too-long", "unknown-model",
+        "specexit-threshold", "specexit-unknown", "specexit-enabled"])
+def test_bad_input_4xx(base, body, status, needle):
+    kw = {"content": body, "headers": {**auth(), "content-type": "application/json"}} if isinstance(body, bytes) \
+        else {"json": body, "headers": auth()}
+    r = httpx.post(base + "/v1/chat/completions", timeout=60, **kw)
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert needle.lower() in err["message"].lower(), err
+    assert httpx.post(base + "/v1/chat/completions", json=GOOD, headers=auth(), timeout=60).status_code == 200
+
+
+def test_auth(base):
+    url = base + "/v1/chat/completions"
+    r = httpx.post(url, json=GOOD, timeout=30)
+    assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer" and "missing" in r.text
+    r = httpx.post(url, json=GOOD, headers=auth("sk-wrong"), timeout=30)
+    assert r.status_code == 401 and "sk-wrong" not in r.text
+    assert httpx.get(base + "/v1/models", timeout=30).status_code == 401
+    assert httpx.post(url, content=b"{bad", headers={"content-type": "application/json"}, timeout=30).status_code == 401
+    assert httpx.post(url, json=GOOD, headers=auth(KEY), timeout=60).status_code == 200  # key from the file
+    assert httpx.post(url, json=GOOD, headers=auth(ENV_KEY), timeout=60).status_code == 200  # key from the env
+
+
+# -- streaming abort, load, overload ------------------------------------------------------------------
+def test_client_disconnect_aborts_the_engine_request(base):
+    before = handle("specexit_stats")["aborts"]
+    body = {**GOOD, "max_tokens": 480, "ignore_eos": True, "stream": True, "vllm_xargs": {"specexit_enabled": 0}}
+    t0 = time.time()
+    with httpx.stream("POST", base + "/v1/chat/completions", json=body, headers=auth(), timeout=60) as r:
+        assert r.status_code == 200
+        for line in r.iter_lines():
+            if line.startswith("data: {"):
+                break  # got the first chunk: hang up
+    deadline = time.time() + 20
+    while handle("specexit_stats")["aborts"] <= before and time.time() < deadline:
+        time.sleep(0.2)
+    assert handle("specexit_stats")["aborts"] > before, "the engine never saw the abort"
+    assert time.time() - t0 < 20
+
+
+async def _fire(base: str, n: int, concurrency: int, body: dict, timeout: float = 90) -> list:
+    sem = asyncio.Semaphore(concurrency)
+    async with httpx.AsyncClient(base_url=base, headers=auth(), timeout=timeout,
+                                 limits=httpx.Limits(max_connections=concurrency + 8)) as c:
+        async def one(i):
+            async with sem:
+                try:
+                    r = await c.post("/v1/chat/completions", json={**body, "messages": [
+                        {"role": "user", "content": f"Compute from left to right : {i % 90 + 1} + {i % 7} * 3"}]})
+                    return r.status_code, r.headers.get("retry-after"), r.text
+                except httpx.HTTPError as e:
+                    return type(e).__name__, None, str(e)
+        return await asyncio.gather(*(one(i) for i in range(n)))
+
+
+def test_load_200_requests_at_concurrency_16(base):
+    t0 = time.time()
+    res = asyncio.run(_fire(base, 200, 16, {"model": MODEL, "max_tokens": 200, "temperature": 0}))
+    bad = [r for r in res if r[0] != 200]
+    assert not bad, bad[:3]
+    print(f"200 requests @16: {time.time() - t0:.1f}s")
+
+
+def test_overload_beyond_the_queue_gets_429_with_retry_after(base):
+    # 16 running + 16 queued per replica: 80 at once must overflow, fast, never hang
+    t0 = time.time()
+    res = asyncio.run(_fire(base, 80, 80, {"model": MODEL, "max_tokens": 300, "temperature": 0,
+                                           "ignore_eos": True}, timeout=60))
+    codes = [r[0] for r in res]
+    assert set(codes) <= {200, 429}, [r for r in res if r[0] not in (200, 429)][:3]
+    assert codes.count(429) >= 20 and codes.count(200) >= 16
+    assert all(r[1] == "2" for r in res if r[0] == 429)
+    assert "overloaded" in next(r[2] for r in res if r[0] == 429)
+    assert time.time() - t0 < 60
+
+
+# -- faults: last, they restart the engine replica ------------------------------------------------------
+def _kill_during_load(base, pick) -> list:
+    """Start 24 requests, kill a process picked from the replica's tree, collect outcomes."""
+    pids = handle("specexit_engine_pids")
+
+    async def run():
+        task = asyncio.create_task(_fire(base, 24, 8, {"model": MODEL, "max_tokens": 300, "temperature": 0,
+                                                       "ignore_eos": True}, timeout=90))
+        await asyncio.sleep(1.0)
+        os.kill(pick(pids), signal.SIGKILL)
+        return await task
+
+    t0 = time.time()
+    res = asyncio.run(run())
+    assert time.time() - t0 < 90  # no hang: every request got an answer within the deadline
+    codes = [r[0] for r in res]
+    assert set(codes) <= {200, 503}, [r for r in res if r[0] not in (200, 503)][:3]
+    assert all(r[1] for r in res if r[0] == 503)  # Retry-After on every 503
+    _wait_ready(base)
+    assert httpx.post(base + "/v1/chat/completions", json=GOOD, headers=auth(), timeout=60).status_code == 200
+    return res
+
+
+def test_replica_process_killed_serve_replaces_it(base):
+    before = handle("specexit_engine_pids")["replica"]
+    res = _kill_during_load(base, lambda p: p["replica"])
+    assert handle("specexit_engine_pids")["replica"] != before
+    print("outcomes:", {c: [r[0] for r in res].count(c) for c in {r[0] for r in res}})
+
+
+def test_engine_core_killed_health_check_replaces_replica(base):
+    before = handle("specexit_engine_pids")
+
+    def engine_core(p):
+        return next(pid for pid, name in p["named"] if "EngineCore" in name)
+
+    _kill_during_load(base, engine_core)
+    assert handle("specexit_engine_pids")["replica"] != before["replica"]
