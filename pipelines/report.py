@@ -62,7 +62,9 @@ def plot_pareto(by_t: dict, path: Path) -> None:
                 continue
             x, y = r["think_tokens"], 100 * r["accuracy"]
             pts.append((x, y))
-            ax.scatter([x], [y], s=70, color=COLORS[m], zorder=3, marker="*" if m == "specexit" else "o",
+            star = m == "specexit"  # drawn on top: it often shares its point with another method
+            ax.scatter([x], [y], s=160 if star else 70, color=COLORS[m], zorder=5 if star else 3,
+                       marker="*" if star else "o", edgecolor="white" if star else None,
                        label=m + (f" ({r['setting']})" if m == "budget" else ""))
         front = pareto_front(pts)
         ax.plot([p[0] for p in front], [p[1] for p in front], "k--", lw=0.8, alpha=0.6, label="Pareto front")
