@@ -37,14 +37,12 @@ def serve_and_query(serve_yaml: str, *, draft: str, port: int, n: int, out: Path
     model = args["model"]["id"]
     host = http.get("host", "127.0.0.1")
     t0 = time.time()
-    root = logging.getLogger()
-    formats = [(h, h.formatter) for h in root.handlers]
     serve.start(http_options={"host": host, "port": port})
     serve.run(build_app(args), name="specexit", route_prefix="/", blocking=False)
-    for h, f in formats:  # Serve switches the driver's log lines to JSON; keep the demo's readable
-        h.setFormatter(f)
+    _plain_logs()
     client = OpenAI(base_url=f"http://{host}:{port}/v1", api_key="demo", max_retries=0, timeout=300)
     _wait_ready(client, model)
+    _plain_logs()
     ready_s = time.time() - t0
     log.info("[demo] endpoint http://%s:%d/v1 serves %s (ready in %.0fs)", host, port, model, ready_s)
     rows = []
@@ -68,6 +66,7 @@ def serve_and_query(serve_yaml: str, *, draft: str, port: int, n: int, out: Path
     finally:
         serve.delete("specexit")
         serve.shutdown()
+        _plain_logs()
     think = lambda on: [(r["usage_specexit"] or {}).get("think_tokens") for r in rows if r["specexit"] == on]  # noqa: E731
     mean = lambda xs: None if not xs or None in xs else sum(xs) / len(xs)  # noqa: E731
     res = {
@@ -81,6 +80,12 @@ def serve_and_query(serve_yaml: str, *, draft: str, port: int, n: int, out: Path
     }
     out.write_text(json.dumps({**res, "rows": rows}, indent=2) + "\n")
     return res
+
+
+def _plain_logs() -> None:
+    """Serve reconfigures the driver's root logger to JSON lines; the demo's progress log stays text."""
+    logging.basicConfig(force=True, level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        datefmt="%H:%M:%S")
 
 
 def _wait_ready(client, model: str, timeout_s: float = 600) -> None:

