@@ -1,0 +1,92 @@
+"""Tensor parallelism for real on CPU: a TP=2 engine replica (vLLM's CPU backend runs one rank per
+process; each rank is bound to its own core) serves the toy model with the same greedy outputs and the
+same SpecExit decisions as a TP=1 replica. Both apps run side by side in one Serve instance."""
+
+import socket
+import time
+
+import httpx
+import pytest
+
+pytestmark = pytest.mark.vllm
+
+PROMPTS = ["Compute from left to right : 7 + 5 * 3 - 4", "Compute from left to right : 12 - 3 + 8 * 2",
+           "Compute from left to right : 9 * 9 - 17 + 4 - 30"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def args(tp: int, bind: str) -> dict:
+    return {"model": {"id": f"toy-tp{tp}", "source": "toy:teacher", "draft": "toy:draft", "accelerator": "cpu",
+                      "tensor_parallel_size": tp, "dtype": "float32", "enforce_eager": True, "max_model_len": 512,
+                      "max_num_seqs": 8, "seed": 0, "cpu": {"kv_cache_gib": 1, "omp_threads_bind": bind}},
+            "request_timeout_s": 120}
+
+
+@pytest.fixture(scope="module")
+def base():
+    import ray
+    from ray import serve
+
+    from serve_app.app import build_app
+
+    port = free_port()
+    ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False)
+    try:
+        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        serve.run(build_app(args(2, "0|1")), name="tp2", route_prefix="/tp2", blocking=False)
+        serve.run(build_app(args(1, "0-1")), name="tp1", route_prefix="/tp1", blocking=False)
+        url = f"http://127.0.0.1:{port}"
+        t0 = time.time()
+        while time.time() - t0 < 300:
+            st = serve.status().applications
+            if all(st.get(a) and st[a].status == "RUNNING" for a in ("tp1", "tp2")):
+                break
+            if any(st.get(a) and st[a].status in ("DEPLOY_FAILED", "UNHEALTHY") for a in ("tp1", "tp2")):
+                raise RuntimeError({a: st[a].message for a in st})
+            time.sleep(2)
+        else:
+            raise TimeoutError("apps not running")
+        yield url
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+
+
+def _chat(url: str, tp: int, prompt: str, xargs: dict | None) -> dict:
+    body = {"model": f"toy-tp{tp}", "messages": [{"role": "user", "content": prompt}], "max_tokens": 300,
+            "temperature": 0, "stream_options": None}
+    if xargs:
+        body["vllm_xargs"] = xargs
+    r = httpx.post(f"{url}/tp{tp}/v1/chat/completions", json=body, timeout=120)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+@pytest.mark.parametrize("xargs", [None, {"specexit_enabled": 0}], ids=["specexit-on", "specexit-off"])
+def test_tp2_matches_tp1(base, xargs):
+    for p in PROMPTS:
+        a, b = _chat(base, 1, p, xargs), _chat(base, 2, p, xargs)
+        ma, mb = a["choices"][0]["message"], b["choices"][0]["message"]
+        assert (ma["reasoning"], ma["content"]) == (mb["reasoning"], mb["content"])
+        sa, sb = a["usage"]["specexit"], b["usage"]["specexit"]
+        assert {**sa, "signals": None} == {**sb, "signals": None}  # same exit, same place
+        if sa["signals"]:  # smoothed signals agree up to float32 reduction order across ranks
+            assert sa["signals"] == pytest.approx(sb["signals"], rel=1e-5)
+
+
+def test_tp2_replica_runs_two_ranks(base):
+    from ray import serve
+
+    def procs(app: str) -> list[str]:
+        h = serve.get_deployment_handle(f"SpecExitLLMServer:toy-{app}", app_name=app)
+        return [name for _, name in h.specexit_engine_pids.remote().result(timeout_s=30)["named"]]
+
+    tp1, tp2 = procs("tp1"), procs("tp2")
+    workers = [n for n in tp2 if "Worker" in n or "TP" in n]
+    print("tp1:", tp1, "tp2:", tp2)
+    assert len(tp2) > len(tp1) and len(workers) >= 2, (tp1, tp2)
