@@ -164,3 +164,19 @@ def test_loss_config_validation():
         LossConfig(weighting="magic")
     with pytest.raises(ValueError):
         LossConfig(unroll=0)
+
+
+def test_target_features_restricted_to_draft_vocab_equal_full_logits_sliced(teacher):
+    """Training applies only the draft vocab's rows of the LM head (memory on real vocabularies)."""
+    import torch
+
+    from specexit_core.training.features import target_features
+
+    model, tok = teacher
+    ids = torch.tensor([tok.encode("1 + 2 = 3\n\n3 * 4 = 12")])
+    mask = torch.ones_like(ids)
+    rows = torch.tensor([5, 17, 3, 40])
+    aux_full, full = target_features(model, ids, mask, (1, 2, 3))
+    aux_cut, cut = target_features(model, ids, mask, (1, 2, 3), vocab_rows=rows)
+    torch.testing.assert_close(aux_cut, aux_full)
+    torch.testing.assert_close(cut, full[..., rows], rtol=1e-5, atol=1e-5)

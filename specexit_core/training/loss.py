@@ -76,13 +76,16 @@ def ttt_unroll(draft: SpecExitDraft, aux, input_ids, unroll: int):
 def ttt_token_loss(draft: SpecExitDraft, aux, input_ids, target_logits, loss_mask, cfg: LossConfig):
     """Returns (weighted loss, {acc_j, loss_j}).
 
-    aux [B,T,3H]; input_ids [B,T]; target_logits [B,T,V]; loss_mask [B,T] (1 where the token at
+    aux [B,T,3H]; input_ids [B,T]; target_logits [B,T,V] or already restricted to the draft vocab
+    [B,T,draft_vocab_size] (`target_features(..., vocab_rows=...)`); loss_mask [B,T] (1 where the token at
     that position is one we want drafted, e.g. completion tokens). Step j at index t predicts
     x_{t+j+2}: its target is the target's distribution at position t+j+1, restricted to the draft
     vocab (softmax over those logits, as EAGLE-3 does).
     """
     t_len = input_ids.shape[1]
     draft_targets = torch.arange(draft.cfg.draft_vocab_size, device=input_ids.device) + draft.d2t
+    if target_logits.shape[-1] == draft.cfg.draft_vocab_size:
+        draft_targets = slice(None)  # already the draft vocab's columns
     total = torch.zeros((), device=input_ids.device)
     weight_sum = 0.0
     metrics: dict[str, float] = {}

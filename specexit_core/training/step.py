@@ -56,7 +56,10 @@ def train_step(objective: nn.Module, optimizer: torch.optim.Optimizer, target, b
 
     `objective` is a SpecExitObjective, or DDP around one."""
     inner = objective.module if hasattr(objective, "module") else objective
-    aux, logits = target_features(target, batch.input_ids, batch.attention_mask, inner.draft.cfg.aux_layer_ids)
+    draft = inner.draft
+    rows = torch.arange(draft.cfg.draft_vocab_size, device=batch.input_ids.device) + draft.d2t
+    aux, logits = target_features(target, batch.input_ids, batch.attention_mask, draft.cfg.aux_layer_ids,
+                                  vocab_rows=rows)
     objective.train()
     total, logs = objective(aux, logits, batch)
     optimizer.zero_grad(set_to_none=True)
