@@ -191,13 +191,27 @@ def run_calibration(cfg: CalibrateConfig) -> dict:
         s, e = m.get("specexit", {}), m.get("eagle3", {})
         calib["confirmed"]["within_tolerance"] = (s.get("accuracy") is not None and e.get("accuracy") is not None
                                                   and s["accuracy"] >= e["accuracy"] - cfg.tolerance - 1e-12)
+    calib["seconds"] = round(time.time() - t0, 1)
     out = {"exit": chosen, "calibration": calib}
     Path(cfg.output).parent.mkdir(parents=True, exist_ok=True)
     Path(cfg.output).write_text(json.dumps(out, indent=2) + "\n")
     if cfg.write_draft_defaults:
         write_exit_defaults(ev.draft, chosen)
-    calib["seconds"] = round(time.time() - t0, 1)
     return out
+
+
+def _quiet_ray() -> None:
+    """Stop Ray (and so the stream of actor logs to this stdout) before printing results."""
+    import sys
+
+    try:
+        import ray
+
+        if ray.is_initialized():
+            ray.shutdown()
+    except Exception:
+        pass
+    sys.stdout.flush()
 
 
 def main(config: str, output: str | None = None, limit: int | None = None, as_json: bool = False) -> int:
@@ -205,8 +219,9 @@ def main(config: str, output: str | None = None, limit: int | None = None, as_js
 
     cfg = load_calibrate_config(config, output=output, limit=limit)
     out = run_calibration(cfg)
-    if as_json:
-        print(json.dumps(out, indent=2))
+    _quiet_ray()
+    if as_json:  # one line, the last one: engine actors' logs also reach this stdout
+        print(json.dumps(out), flush=True)
     else:
         c = out["calibration"]
         print(f"chosen exit: {json.dumps(out['exit'])}")

@@ -162,7 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     ca.add_argument("--config", default="examples/toy/calibrate.yaml", help="CalibrateConfig YAML")
     ca.add_argument("--output", help="calibrated JSON (default: the config's output)")
     ca.add_argument("--n", type=int, help="number of dev problems (default: the config's)")
-    ca.add_argument("--json", action="store_true")
+    ca.add_argument("--json", action="store_true", help="print the result as one JSON line (the last line)")
     ca.set_defaults(func=cmd_calibrate)
     return p
 
