@@ -266,6 +266,9 @@ def main(argv: list[str] | None = None) -> int:
         from .report import write_report
 
         summary["report"] = str(write_report(cfg.output))
+    from .calibrate import _quiet_ray
+
+    _quiet_ray()
     print_summary({k: v for k, v in summary.items() if k not in ("by_temperature", "sweeps")})
     return 0 if summary.get("complete") else 1
 
