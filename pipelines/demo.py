@@ -149,7 +149,9 @@ class Stages:
         from .report import write_report
 
         raw = _yaml(self.cfg.evaluate)
-        raw.update(draft=self.draft, temperatures=self.cfg.temperatures, calibrated=None, specexit_exit=None)
+        # the draft's exit_defaults are the calibrated setting (stage 4), so `specexit` = calibrated
+        raw.update(draft=self.draft, temperatures=self.cfg.temperatures, calibrated=None, specexit_exit=None,
+                   methods=list(SUMMARY_METHODS))
         raw["input"] = {**raw.get("input", {}), "n": self.cfg.eval_problems}
         summary = run_evaluation(load_eval_config(raw=raw, output=str(self.wd / "eval")))
         summary["report"] = str(write_report(self.wd / "eval", self.wd / "report"))

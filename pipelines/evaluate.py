@@ -233,9 +233,20 @@ def toy_eval_config(*, draft: str, n: int, output: str, methods: list[str] | Non
 
 
 def _exit_used(cfg: EvalConfig) -> dict | None:
+    """The exit setting `specexit` ran with: the request overrides, else the server defaults the
+    plugin takes from the draft (its `specexit.exit_defaults`, e.g. written by calibration)."""
+    from specexit_core.vllm_plugin.controls import server_defaults
+
     from .eval_worker import _specexit_overrides
 
-    return _specexit_overrides(cfg)
+    over = _specexit_overrides(cfg)
+    if over is not None:
+        return over
+    try:
+        spec = json.loads((Path(cfg.draft) / "config.json").read_text()).get("specexit") or {}
+        return server_defaults(spec).to_dict()
+    except (OSError, ValueError):
+        return None
 
 
 def main(argv: list[str] | None = None) -> int:
