@@ -74,7 +74,7 @@ def cmd_draft_convert(args: argparse.Namespace) -> int:
 def cmd_bench_vllm(args: argparse.Namespace) -> int:
     from .bench.vllm_bench import main as bench_main
 
-    return bench_main(n=args.n, as_json=args.json)
+    return bench_main(n=args.n, as_json=args.json, exit_config=args.exit_config)
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
@@ -156,6 +156,8 @@ def build_parser() -> argparse.ArgumentParser:
     bv = be.add_parser("vllm", help="EAGLE-3 only vs SpecExit inside vLLM on the toy test split")
     bv.add_argument("--n", type=int, default=50)
     bv.add_argument("--json", action="store_true")
+    bv.add_argument("--exit-config", help="calibrated exit JSON for the specexit method (e.g. examples/toy/calibrated.json); "
+                                          "default: the draft's defaults")
     bv.set_defaults(func=cmd_bench_vllm)
 
     ca = sub.add_parser("calibrate", help="pick exit thresholds on a dev split (fastest within an accuracy tolerance)")

@@ -86,7 +86,9 @@ def _measure_all(engines: dict, prompts, golds, max_tokens: int, waves: int) -> 
     return res
 
 
-def run_bench(n: int = 50, k: int = 3, max_tokens: int = 400, waves: int = 3) -> dict:
+def run_bench(n: int = 50, k: int = 3, max_tokens: int = 400, waves: int = 3, exit_config: str | None = None) -> dict:
+    """`exit_config`: a calibrated JSON (`specexit calibrate`, {"exit": {...}}) for the `specexit`
+    method's requests; None = the draft's defaults (the paper's thresholds for the shipped draft)."""
     apply_cpu_defaults()
     from ..draft.checkpoint import convert
     from ..toy.evaluate import prompt_ids
@@ -97,11 +99,16 @@ def run_bench(n: int = 50, k: int = 3, max_tokens: int = 400, waves: int = 3) ->
     prompts = [prompt_ids(tok, p) for p in probs]
     golds = [p.answer for p in probs]
     res: dict = {"n": n, "num_speculative_tokens": k}
+    spec_args = None
+    if exit_config:
+        data = json.loads(Path(exit_config).read_text())
+        spec_args = {"specexit": dict(data.get("exit", data))}
+        res["specexit_exit"] = spec_args["specexit"]
     with tempfile.TemporaryDirectory() as tmp:
         stock = _engine(convert(DRAFT_DIR, Path(tmp) / "stock", add_signals=False), k)
         spec = _engine(DRAFT_DIR, k)
         res["methods"] = _measure_all({"eagle3": (stock, None), "specexit_never_fires": (spec, NEVER),
-                                       "specexit": (spec, None)}, prompts, golds, max_tokens, waves)
+                                       "specexit": (spec, spec_args)}, prompts, golds, max_tokens, waves)
         for llm in (stock, spec):
             llm.llm_engine.engine_core.shutdown()
     e, s, nf = (res["methods"][m] for m in ("eagle3", "specexit", "specexit_never_fires"))
@@ -115,11 +122,11 @@ def run_bench(n: int = 50, k: int = 3, max_tokens: int = 400, waves: int = 3) ->
     return res
 
 
-def main(n: int, as_json: bool) -> int:
+def main(n: int, as_json: bool, exit_config: str | None = None) -> int:
     import os
 
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # keep stdout for the report
-    res = run_bench(n=n)
+    res = run_bench(n=n, exit_config=exit_config)
     if as_json:
         print(json.dumps(res, indent=2))
     else:
