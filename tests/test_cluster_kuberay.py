@@ -124,6 +124,17 @@ def test_rayservice_serves_exactly_the_serve_config(recipe):
     assert svc["spec"]["rayClusterConfig"]["enableInTreeAutoscaling"] is True
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _no_ray_left_behind():
+    """Building a Serve application may start Ray in this process; stop it, or its fixed default
+    ports (dashboard agent) stay taken for the private clusters later tests start."""
+    yield
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+
+
 def _build(app_cfg: dict):
     """What `serve run` / `serve deploy` / KubeRay do with one `applications` entry: import the
     builder, call it with `args` (the app's typed validation runs here), flatten the application.

@@ -57,12 +57,10 @@ class Cluster:
         self.address = f"http://127.0.0.1:{self.dash}"
 
     def start(self):
-        subprocess.run([str(BIN / "ray"), "start", "--head", "--node-ip-address", "127.0.0.1",
-                        "--port", str(self.gcs), "--ray-client-server-port", str(self.client),
-                        "--dashboard-host", "127.0.0.1", "--dashboard-port", str(self.dash),
-                        "--num-cpus", "8", "--object-store-memory", str(800 * 1024**2), "--include-dashboard", "true",
-                        "--disable-usage-stats", "--temp-dir", self.tmp], env=self.env, check=True,
-                       capture_output=True, timeout=120)
+        from _ray_head import head_args
+
+        subprocess.run([str(BIN / "ray"), *head_args(gcs=self.gcs, client=self.client, dash=self.dash, tmp=self.tmp)],
+                       env=self.env, check=True, capture_output=True, timeout=120)
 
     def _procs(self):
         import psutil
@@ -114,7 +112,14 @@ class Cluster:
         if not wait:
             args.append("--no-wait")
         args += ["--", "python", "-m", f"pipelines.{stage}", "--config", str(config), *extra]
-        return self._ray(*args)
+        for _ in range(12):
+            r = self._ray(*args)
+            # A fresh head's job agent registers a few seconds after `ray start` returns; under
+            # load that exceeds the job head's fixed 10 s wait. The job was not created: retry.
+            if r.returncode == 0 or "No available agent" not in r.stdout + r.stderr:
+                return r
+            time.sleep(5)
+        return r
 
     def status(self, job_id: str) -> str:
         """`ray job status` logs "Job 'x' succeeded" / "failed" / "was stopped" or
