@@ -8,7 +8,16 @@ available agent to submit job". Free ports for all of them keep test clusters in
 
 from __future__ import annotations
 
+import os
+import shutil
+import signal
 import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+BIN = Path(sys.executable).parent  # the venv's `ray` and `python`
 
 
 def free_port() -> int:
@@ -25,3 +34,56 @@ def head_args(*, gcs: int, client: int, dash: int, tmp: str, num_cpus: int = 8) 
             "--node-manager-port", str(free_port()), "--object-manager-port", str(free_port()),
             "--num-cpus", str(num_cpus), "--object-store-memory", str(800 * 1024**2), "--include-dashboard", "true",
             "--disable-usage-stats", "--temp-dir", tmp]
+
+
+class LocalHead:
+    """A private Ray head: own ports and temp dir; stopped by PID (never `ray stop`, which would
+    also stop every other Ray cluster on the machine)."""
+
+    def __init__(self, prefix: str = "rayt"):
+        self.tmp = tempfile.mkdtemp(prefix=prefix, dir="/tmp")  # short: Ray's socket paths are length-limited
+        self.gcs, self.dash, self.client = free_port(), free_port(), free_port()
+        self.address = f"http://127.0.0.1:{self.dash}"
+        self.env = dict(os.environ, PATH=f"{BIN}:{os.environ['PATH']}", RAY_AUTH_MODE="disabled",
+                        HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+        self.env.pop("RAY_ADDRESS", None)
+
+    def start(self) -> None:
+        subprocess.run([str(BIN / "ray"), *head_args(gcs=self.gcs, client=self.client, dash=self.dash, tmp=self.tmp)],
+                       env=self.env, check=True, capture_output=True, timeout=120)
+
+    def _procs(self):
+        import psutil
+
+        mine = []
+        for p in psutil.process_iter(["pid", "cmdline"]):
+            try:
+                # the temp dir names most of them; the client server only names the GCS port
+                if any(self.tmp in a or a.endswith(f":{self.gcs}") for a in (p.info["cmdline"] or [])):
+                    mine.append(p)
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                pass
+        kids = []
+        for p in mine:
+            try:
+                kids += p.children(recursive=True)
+            except psutil.NoSuchProcess:
+                pass
+        return list({p.pid: p for p in mine + kids}.values())
+
+    def stop(self) -> None:
+        import psutil
+
+        procs = self._procs()
+        for p in procs:
+            try:
+                p.send_signal(signal.SIGTERM)
+            except psutil.NoSuchProcess:
+                pass
+        _, alive = psutil.wait_procs(procs, timeout=8)
+        for p in alive:
+            try:
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
+        shutil.rmtree(self.tmp, ignore_errors=True)

@@ -13,17 +13,14 @@ import json
 import os
 import re
 import shlex
-import shutil
-import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
 import yaml
+from _ray_head import LocalHead
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNBOOK = ROOT / "docs" / "runbook.md"
@@ -78,61 +75,6 @@ def test_runbook_job_commands_are_the_pipeline_stages():
 
 
 # -- a private Ray head ----------------------------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class LocalHead:
-    """`ray start --head` on loopback with its own ports and temp dir; stopped by PID (`ray stop`
-    would stop every Ray cluster on the machine, other engineers' included)."""
-
-    def __init__(self):
-        self.tmp = tempfile.mkdtemp(prefix="rayrb", dir="/tmp")  # short: Ray's socket paths are length-limited
-        self.gcs, self.dash, self.client = _free_port(), _free_port(), _free_port()
-        self.address = f"http://127.0.0.1:{self.dash}"
-        self.env = dict(os.environ, PATH=f"{BIN}:{os.environ['PATH']}", RAY_AUTH_MODE="disabled",
-                        HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-        self.env.pop("RAY_ADDRESS", None)
-
-    def start(self):
-        from _ray_head import head_args
-
-        subprocess.run([str(BIN / "ray"), *head_args(gcs=self.gcs, client=self.client, dash=self.dash, tmp=self.tmp)],
-                       env=self.env, check=True, capture_output=True, timeout=120)
-
-    def stop(self):
-        import psutil
-
-        mine = []
-        for p in psutil.process_iter(["pid", "cmdline"]):
-            try:
-                if any(self.tmp in a or a.endswith(f":{self.gcs}") for a in (p.info["cmdline"] or [])):
-                    mine.append(p)
-            except (psutil.NoSuchProcess, psutil.AccessDenied):
-                pass
-        procs = list(mine)
-        for p in mine:
-            try:
-                procs += p.children(recursive=True)
-            except psutil.NoSuchProcess:
-                pass
-        procs = list({p.pid: p for p in procs}.values())
-        for p in procs:
-            try:
-                p.send_signal(signal.SIGTERM)
-            except psutil.NoSuchProcess:
-                pass
-        _, alive = psutil.wait_procs(procs, timeout=8)
-        for p in alive:
-            try:
-                p.kill()
-            except psutil.NoSuchProcess:
-                pass
-        shutil.rmtree(self.tmp, ignore_errors=True)
-
-
 def toy_configs(dest: Path) -> Path:
     """examples/toy/*.yaml with every path in `dest` and sizes cut for a CI run."""
     work = dest / "runs"
@@ -158,7 +100,7 @@ def head():
 
     if not (Path(TEACHER_DIR) / "config.json").exists():
         pytest.skip("no toy teacher (run `specexit toy build`)")
-    h = LocalHead()
+    h = LocalHead(prefix="rayrb")
     h.start()
     yield h
     h.stop()

@@ -12,18 +12,16 @@ import collections
 import json
 import math
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from _ray_head import LocalHead
 from pipelines.cli import parse_summary
 from pipelines.parts import read_all
 from pipelines.schemas import LABELS, TRACES
@@ -38,65 +36,8 @@ N_GOOD = 24
 TEACHER = os.environ.get("SPECEXIT_TEST_TEACHER", str(TEACHER_DIR))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Cluster:
-    """A private Ray head: own ports and temp dir; stopped by PID (never `ray stop`, which would
-    also stop every other Ray cluster on the machine)."""
-
-    def __init__(self):
-        self.tmp = tempfile.mkdtemp(prefix="rayt", dir="/tmp")  # short: Ray's socket paths are length-limited
-        self.dash, self.gcs, self.client = _free_port(), _free_port(), _free_port()
-        self.env = dict(os.environ, PATH=f"{BIN}:{os.environ['PATH']}", RAY_AUTH_MODE="disabled",
-                        HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-        self.env.pop("RAY_ADDRESS", None)
-        self.address = f"http://127.0.0.1:{self.dash}"
-
-    def start(self):
-        from _ray_head import head_args
-
-        subprocess.run([str(BIN / "ray"), *head_args(gcs=self.gcs, client=self.client, dash=self.dash, tmp=self.tmp)],
-                       env=self.env, check=True, capture_output=True, timeout=120)
-
-    def _procs(self):
-        import psutil
-
-        mine = []
-        for p in psutil.process_iter(["pid", "cmdline"]):
-            try:
-                # the temp dir names most of them; the client server only names the GCS port
-                if any(self.tmp in a or a.endswith(f":{self.gcs}") for a in (p.info["cmdline"] or [])):
-                    mine.append(p)
-            except (psutil.NoSuchProcess, psutil.AccessDenied):
-                pass
-        kids = []
-        for p in mine:
-            try:
-                kids += p.children(recursive=True)
-            except psutil.NoSuchProcess:
-                pass
-        return {p.pid: p for p in mine + kids}.values()
-
-    def stop(self):
-        import psutil
-
-        procs = list(self._procs())
-        for p in procs:
-            try:
-                p.send_signal(signal.SIGTERM)
-            except psutil.NoSuchProcess:
-                pass
-        _, alive = psutil.wait_procs(procs, timeout=8)
-        for p in alive:
-            try:
-                p.kill()
-            except psutil.NoSuchProcess:
-                pass
-        shutil.rmtree(self.tmp, ignore_errors=True)
+class Cluster(LocalHead):
+    """A private Ray head (tests/_ray_head.py) plus the `ray job` CLI calls these tests make."""
 
     # -- jobs ---------------------------------------------------------------------------------
     def _ray(self, *args, timeout=600):
