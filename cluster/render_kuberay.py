@@ -87,7 +87,7 @@ def gpus_needed(stage: str, cfg) -> int:
 
 
 def load_config(stage: str, path: Path):
-    from pipelines.config import load_stage_config
+    from pipelines.common.config import load_stage_config
 
     return load_stage_config(stage, str(path))
 

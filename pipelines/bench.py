@@ -15,9 +15,9 @@ import shutil
 import time
 from pathlib import Path
 
-from .cli import setup_logging
-from .config import load_stage_config, resolve_path
-from .runtime import init_ray
+from pipelines.common.stage_cli import setup_logging
+from pipelines.common.config import load_stage_config, resolve_path
+from pipelines.common.runtime import init_ray
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "toy"
 
@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--teacher", default=None, help="teacher folder (default: the shipped toy teacher)")
     args = ap.parse_args(argv)
     setup_logging()
-    from . import labels, traces, train_draft
+    from pipelines import labels, traces, train_draft
 
     wd = resolve_path(args.workdir)
     tr = load_stage_config("traces", str(EXAMPLES / "traces.yaml"), output=_fresh(f"{wd}/traces"), limit=args.n)

@@ -20,10 +20,10 @@ from ray.serve.deployment import Application
 from ray.serve.llm import LLMConfig, build_llm_deployment
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from .auth import BearerAuthMiddleware
-from .config import AppArgs, load_args
-from .ingress import SpecExitIngress, http_error_handler, validation_error_handler
-from .server import SpecExitLLMServer
+from serve_app.auth import BearerAuthMiddleware
+from serve_app.config import AppArgs, load_args
+from serve_app.ingress import SpecExitIngress, http_error_handler, validation_error_handler
+from serve_app.server import SpecExitLLMServer
 
 
 def engine_kwargs(a: AppArgs) -> dict[str, Any]:

@@ -128,8 +128,8 @@ def main(argv=None) -> dict:
 
     from specexit_core.vllm_env import apply_cpu_defaults, is_cpu_build
 
-    from .app import build_app, engine_kwargs
-    from .config import load_args
+    from serve_app.app import build_app, engine_kwargs
+    from serve_app.config import load_args
 
     args = load_args(yaml.safe_load(Path(a.config).read_text())["applications"][0]["args"])
     if args.model.accelerator == "cpu" and is_cpu_build():

@@ -20,7 +20,7 @@ from ray.llm._internal.serve.engines.vllm.vllm_engine import VLLMEngine
 
 from specexit_core.vllm_plugin.controls import request_exit_config, server_defaults
 
-from .telemetry import ExitEventIndex, choice_telemetry, usage_block
+from serve_app.telemetry import ExitEventIndex, choice_telemetry, usage_block
 
 log = logging.getLogger("specexit.serve.engine")
 

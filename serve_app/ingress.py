@@ -33,7 +33,7 @@ from ray.llm._internal.serve.core.ingress.utils import (
 )
 from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError
 
-from .auth import KeyStore
+from serve_app.auth import KeyStore
 
 log = logging.getLogger("specexit.serve.ingress")
 _UNAVAILABLE = (ActorDiedError, ActorUnavailableError, RayActorError, DeploymentUnavailableError)

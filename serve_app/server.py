@@ -15,7 +15,7 @@ from ray.llm._internal.serve.core.server.llm_server import LLMServer
 
 from specexit_core.vllm_env import apply_cpu_defaults, is_cpu_build
 
-from .engine import SpecExitVLLMEngine
+from serve_app.engine import SpecExitVLLMEngine
 
 
 def _replica_tag() -> str:

@@ -19,10 +19,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..toy.paths import DRAFT_DIR, TEACHER_DIR
-from ..toy.task import grade, problems
-from ..vllm_env import apply_cpu_defaults, toy_llm_kwargs
-from .spec_counters import SpecCounters, acceptance_length, attach
+from specexit_core.toy.paths import DRAFT_DIR, TEACHER_DIR
+from specexit_core.toy.task import grade, problems
+from specexit_core.vllm_env import apply_cpu_defaults, toy_llm_kwargs
+from specexit_core.bench.spec_counters import SpecCounters, acceptance_length, attach
 
 log = logging.getLogger("specexit.bench")
 NEVER = {"specexit_method": "confidence", "specexit_confidence_threshold": 1.0}
@@ -90,8 +90,8 @@ def run_bench(n: int = 50, k: int = 3, max_tokens: int = 400, waves: int = 3, ex
     """`exit_config`: a calibrated JSON (`specexit calibrate`, {"exit": {...}}) for the `specexit`
     method's requests; None = the draft's defaults (the paper's thresholds for the shipped draft)."""
     apply_cpu_defaults()
-    from ..draft.checkpoint import convert
-    from ..toy.evaluate import prompt_ids
+    from specexit_core.draft.checkpoint import convert
+    from specexit_core.toy.teacher_eval import prompt_ids
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(TEACHER_DIR))

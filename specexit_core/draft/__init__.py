@@ -1,6 +1,6 @@
 """The SpecExit draft model: an EAGLE-3 drafter whose `fc` also emits the exit signals."""
 
-from .config import DraftConfig
-from .model import SpecExitDraft
+from specexit_core.draft.config import DraftConfig
+from specexit_core.draft.model import SpecExitDraft
 
 __all__ = ["DraftConfig", "SpecExitDraft"]

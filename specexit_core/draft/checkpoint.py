@@ -16,9 +16,9 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from ..signals import SIGNALS
-from .config import DraftConfig
-from .model import SpecExitDraft
+from specexit_core.signals import SIGNALS
+from specexit_core.draft.config import DraftConfig
+from specexit_core.draft.model import SpecExitDraft
 
 
 class CheckpointMismatch(ValueError):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
 
-from ..signals import ACTIVATIONS, SIGNALS
+from specexit_core.signals import ACTIVATIONS, SIGNALS
 
 # vLLM picks the drafter class by this name; the SpecExit plugin registers its own class (the name
 # must start or end with "Eagle3", or vLLM renames it).

@@ -18,7 +18,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .config import DraftConfig
+from specexit_core.draft.config import DraftConfig
 
 
 class RMSNorm(nn.Module):

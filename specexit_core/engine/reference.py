@@ -19,11 +19,11 @@ from dataclasses import dataclass
 
 import torch
 
-from ..draft.model import DraftKV, SpecExitDraft
-from ..exit_policy import ExitConfig, ExitTracker
-from ..signals import activate
-from .verify import verify_greedy, verify_sampled
-from .types import AcceptanceStats, GenerationRequest, GenerationResult
+from specexit_core.draft.model import DraftKV, SpecExitDraft
+from specexit_core.exit_policy import ExitConfig, ExitTracker
+from specexit_core.signals import activate
+from specexit_core.engine.verify import verify_greedy, verify_sampled
+from specexit_core.engine.types import AcceptanceStats, GenerationRequest, GenerationResult
 
 DEFAULT_SPLIT_TEXTS = ("\n\n", "\n\n\n", ".\n\n", ".\n\n\n", " \n\n", " \n\n\n")
 

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import torch
 
-from .model import TeacherArch
-from .task import iter_problems
-from .tokenizer import build_tokenizer
-from .traces import TraceStyle, make_trace
+from specexit_core.toy.model import TeacherArch
+from specexit_core.toy.task import iter_problems
+from specexit_core.toy.tokenizer import build_tokenizer
+from specexit_core.toy.traces import TraceStyle, make_trace
 
 log = logging.getLogger("specexit.toy.build")
 

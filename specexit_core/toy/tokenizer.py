@@ -10,7 +10,7 @@ from __future__ import annotations
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from .task import MAX_VALUE
+from specexit_core.toy.task import MAX_VALUE
 
 PAD, BOS, EOS, UNK = "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<unk>"
 SPECIAL = [PAD, BOS, EOS, UNK]

@@ -17,7 +17,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from .task import MAX_VALUE, Problem, apply, is_hard
+from specexit_core.toy.task import MAX_VALUE, Problem, apply, is_hard
 
 BREAK = "\n\n"  # the paragraph break: one token, the step-split token of the exit policy
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"

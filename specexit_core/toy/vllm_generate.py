@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..vllm_env import apply_cpu_defaults, toy_llm_kwargs
+from specexit_core.vllm_env import apply_cpu_defaults, toy_llm_kwargs
 
 
 def make_llm(model_dir: str | Path, **overrides):

@@ -17,7 +17,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..draft.model import SpecExitDraft
+from specexit_core.draft.model import SpecExitDraft
 
 
 @dataclass(frozen=True)

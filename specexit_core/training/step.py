@@ -11,9 +11,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from ..draft.model import SpecExitDraft
-from .features import target_features
-from .loss import DynamicWeighting, LossConfig, signal_losses, ttt_token_loss
+from specexit_core.draft.model import SpecExitDraft
+from specexit_core.training.features import target_features
+from specexit_core.training.loss import DynamicWeighting, LossConfig, signal_losses, ttt_token_loss
 
 
 @dataclass

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import os
 
-from .version import SUPPORTED, check_vllm_version
+from specexit_core.vllm_plugin.version import SUPPORTED, check_vllm_version
 
 log = logging.getLogger("specexit.vllm")
 ARCH = "SpecExitLlamaForCausalLMEagle3"
@@ -33,9 +33,9 @@ def register() -> None:
 
     if ARCH not in ModelRegistry.get_supported_archs():
         ModelRegistry.register_model(ARCH, "specexit_core.vllm_plugin.model:SpecExitEagle3LlamaForCausalLM")
-    from .controls import install_request_validation
-    from .cpu_fixes import install_cpu_fixes
-    from .runner_hook import install_runner_hook
+    from specexit_core.vllm_plugin.controls import install_request_validation
+    from specexit_core.vllm_plugin.cpu_fixes import install_cpu_fixes
+    from specexit_core.vllm_plugin.runner_hook import install_runner_hook
 
     install_request_validation()
     install_runner_hook()

@@ -14,7 +14,7 @@ import os
 from dataclasses import fields
 from typing import Any, Mapping
 
-from ..exit_policy import ExitConfig
+from specexit_core.exit_policy import ExitConfig
 
 PREFIX = "specexit_"
 KEY = "specexit"

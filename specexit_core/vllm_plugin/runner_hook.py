@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..exit_policy import ExitConfig, ExitDecision, ExitTracker
-from .controls import request_exit_config, server_defaults
-from .metrics import SpecExitMetrics
+from specexit_core.exit_policy import ExitConfig, ExitDecision, ExitTracker
+from specexit_core.vllm_plugin.controls import request_exit_config, server_defaults
+from specexit_core.vllm_plugin.metrics import SpecExitMetrics
 
 log = logging.getLogger("specexit.vllm")
 FORCE_LOGIT = 1e9

@@ -1,0 +1,235 @@
+"""`specexit calibrate`: pick the exit thresholds (and the method string) on a dev split.
+
+1. One evaluation run on the dev split, greedy: eagle3 (the trace + per-token draft signals) and
+   oracle (a graded forced answer at every paragraph break of that trace).
+2. Offline replay: the exit decision depends only on the tokens and their signals, so for every
+   setting of the grid the exit break of each trace follows from the signals computed once
+   (`specexit_core.exit_policy.ExitTracker`, the code the engines run), and its accuracy from the
+   forced answer probed at that break (greedy: what the engine writes after forcing `</think>` there).
+3. Pick the fewest think tokens with accuracy >= eagle3 accuracy - tolerance.
+4. Confirm the chosen setting with the real engine (specexit on the same dev problems).
+Writes `{"exit": {ExitConfig fields}, "calibration": {evidence}}`, which `SPECEXIT_EXIT_CONFIG`
+(the plugin's server defaults), `EvalConfig.calibrated` and optionally the draft's
+`config.json` `specexit.exit_defaults` read.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import shutil
+import statistics
+import time
+from pathlib import Path
+from typing import Sequence
+
+from specexit_core.exit_policy import ExitConfig, ExitTracker
+
+from pipelines.evaluate.config import CalibrateConfig
+from pipelines.evaluate.rules import best_setting
+from pipelines.common.parts import read_all
+
+log = logging.getLogger("specexit.pipelines.calibrate")
+
+
+def smoothed_at_breaks(completion: Sequence[int], signals: Sequence[Sequence[float]], *, alpha: float,
+                       split_ids, think_start_id: int, think_end_id: int) -> list[tuple[int, int, dict]]:
+    """(token index, think tokens so far, smoothed signals the exit check sees) at every split
+    token inside the think block -- exactly what `ExitTracker` compares with the thresholds."""
+    tr = ExitTracker(ExitConfig(method="confidence", confidence_threshold=1.0, alpha=alpha),  # never exits
+                     split_token_ids=split_ids, think_start_id=think_start_id, think_end_id=think_end_id)
+    split = frozenset(split_ids)
+    out = []
+    for t, (tok, sig) in enumerate(zip(completion, signals)):
+        tr.add_signal(sig)
+        if tok in split and tr.in_think:
+            s = tr.smoothed()  # folds indices < t only: token t is not appended yet
+            tr.append(tok)
+            if s and tr.in_think:
+                out.append((t, tr.think_tokens, s))
+            continue
+        tr.append(tok)
+        if not tr.in_think and tok == think_end_id:
+            break
+    return out
+
+
+def first_exit(breaks: list[tuple[int, int, dict]], cfg: ExitConfig) -> int | None:
+    """Index of the split token after which `cfg` exits (None: no exit)."""
+    used = cfg.signals_used
+    for t, n_think, s in breaks:
+        if n_think < cfg.min_think_tokens:
+            continue
+        passes = {"confidence": s["confidence"] > cfg.confidence_threshold,
+                  "progress": s["progress"] > cfg.progress_threshold,
+                  "remaining": s["remaining"] < cfg.remaining_threshold}
+        if all(passes[k] for k in used):
+            return t
+    return None
+
+
+def grid(cfg: CalibrateConfig) -> list[ExitConfig]:
+    """Every distinct setting: thresholds only vary for the signals the method string uses."""
+    out, seen = [], set()
+    for m in cfg.methods:
+        used = ExitConfig(method=m).signals_used
+        axes = [cfg.confidence_thresholds if "confidence" in used else [0.8],
+                cfg.progress_thresholds if "progress" in used else [0.3],
+                cfg.remaining_thresholds if "remaining" in used else [200.0], cfg.alphas]
+        for c, p, r, a in itertools.product(*axes):
+            e = ExitConfig(method=m, confidence_threshold=c, progress_threshold=p, remaining_threshold=float(r),
+                           alpha=a)
+            if e not in seen:
+                seen.add(e)
+                out.append(e)
+    return out
+
+
+def load_traces(eval_dir: str) -> list[dict]:
+    """Greedy eagle3 rows (trace + signals) joined with their oracle rows (break probes)."""
+    rows = read_all(eval_dir, ["problem_id", "status", "method", "temperature", "correct", "think_tokens",
+                               "completion_token_ids", "signal_confidence", "signal_progress", "signal_remaining",
+                               "boundaries", "probe_correct"]).to_pylist()
+    by: dict = {}
+    for r in rows:
+        if r["status"] == "ok" and float(r["temperature"]) == 0.0 and r["method"] in ("eagle3", "oracle"):
+            by.setdefault(r["problem_id"], {})[r["method"]] = r
+    out = []
+    for pid, d in sorted(by.items()):
+        e, o = d.get("eagle3"), d.get("oracle")
+        if e is None or o is None or e["signal_confidence"] is None:
+            continue
+        out.append({"id": pid, "completion": e["completion_token_ids"], "correct": bool(e["correct"]),
+                    "think_tokens": e["think_tokens"], "oracle_think": o["think_tokens"],
+                    "signals": list(zip(e["signal_confidence"], e["signal_progress"], e["signal_remaining"])),
+                    "probes": dict(zip(o["boundaries"] or [], o["probe_correct"] or []))})
+    return out
+
+
+def replay(traces: list[dict], settings: list[ExitConfig], token_ids: dict) -> list[dict]:
+    """Accuracy and mean think tokens of every setting, from the signals and probes alone."""
+    kw = dict(split_ids=token_ids["split"], think_start_id=token_ids["think_start"],
+              think_end_id=token_ids["think_end"])
+    cache: dict = {}
+    res = []
+    for s in settings:
+        acc, think = [], []
+        for i, tr in enumerate(traces):
+            key = (i, s.alpha)
+            if key not in cache:
+                cache[key] = smoothed_at_breaks(tr["completion"], tr["signals"], alpha=s.alpha, **kw)
+            t = first_exit(cache[key], s)
+            if t is None or t not in tr["probes"]:
+                acc.append(tr["correct"])
+                think.append(tr["think_tokens"])
+            else:
+                acc.append(bool(tr["probes"][t]))
+                think.append(t + 1)
+        res.append({"exit": s.to_dict(), "accuracy": statistics.mean(acc), "think_tokens": statistics.mean(think)})
+    return res
+
+
+def _draft_token_ids(draft_dir: str) -> dict:
+    spec = json.loads((Path(draft_dir) / "config.json").read_text()).get("specexit") or {}
+    ids = spec.get("token_ids")
+    if not ids:
+        raise ValueError(f"{draft_dir}/config.json has no specexit.token_ids: not a SpecExit draft")
+    return ids
+
+
+def write_exit_defaults(draft_dir: str, exit_cfg: dict) -> None:
+    p = Path(draft_dir) / "config.json"
+    d = json.loads(p.read_text())
+    d.setdefault("specexit", {})["exit_defaults"] = exit_cfg
+    p.write_text(json.dumps(d, indent=2) + "\n")
+
+
+def run_calibration(cfg: CalibrateConfig) -> dict:
+    from pipelines.evaluate.job import run_evaluation
+
+    t0 = time.time()
+    ev = cfg.eval.model_copy(update={"methods": ["eagle3", "oracle", "specexit"], "temperatures": [0.0],
+                                     "signals": True, "calibrated": None})
+    base = run_evaluation(ev)
+    traces = load_traces(ev.output)
+    if not traces:
+        raise RuntimeError(f"no usable dev traces in {ev.output} (every problem failed?)")
+    ids = _draft_token_ids(ev.draft)
+    settings = grid(cfg)
+    t1 = time.time()
+    points = replay(traces, settings, ids)
+    default_pt = replay(traces, [ExitConfig()], ids)[0]
+    replay_s = time.time() - t1
+    e_acc = statistics.mean(t["correct"] for t in traces)
+    e_think = statistics.mean(t["think_tokens"] for t in traces)
+    best = best_setting(points, ref_accuracy=e_acc, tolerance=cfg.tolerance)
+    log.info("calibrate: %d settings x %d traces replayed in %.1fs; best %s", len(settings), len(traces), replay_s, best)
+    chosen = ExitConfig.from_dict(best["exit"]).to_dict()
+    calib = {
+        "how": "offline replay of ExitTracker over per-token draft signals computed once per greedy EAGLE-3 dev trace; "
+               "accuracy at an exit = the graded forced answer probed at that paragraph break",
+        "split": ev.input.split if ev.input.kind == "toy" else ev.input.path, "n_traces": len(traces),
+        "tolerance": cfg.tolerance, "grid_size": len(settings), "replay_seconds": round(replay_s, 2),
+        "eagle3": {"accuracy": e_acc, "think_tokens": e_think},
+        "oracle": {"think_tokens": statistics.mean(t["oracle_think"] for t in traces)},
+        "default": {k: default_pt[k] for k in ("accuracy", "think_tokens")},
+        "chosen_replay": {k: best[k] for k in ("accuracy", "think_tokens")},
+        "within_tolerance": best["accuracy"] >= e_acc - cfg.tolerance - 1e-12,
+        "top": sorted((p for p in points if p["accuracy"] >= e_acc - cfg.tolerance - 1e-12),
+                      key=lambda p: (p["think_tokens"], -p["accuracy"]))[:10],
+        "engine_default": {k: base["methods"].get("specexit", {}).get(k) for k in ("accuracy", "think_tokens", "latency_s")},
+    }
+    if cfg.confirm:
+        conf_ev = ev.model_copy(update={"methods": ["eagle3", "specexit"], "specexit_exit": chosen, "signals": False,
+                                        "output": ev.output.rstrip("/") + "-confirm"})
+        shutil.rmtree(conf_ev.output, ignore_errors=True)  # derived from this choice: never resume it
+        res = run_evaluation(conf_ev)
+        m = res["methods"]
+        calib["confirmed"] = {name: {k: m.get(name, {}).get(k) for k in ("accuracy", "think_tokens", "latency_s")}
+                              for name in ("eagle3", "specexit")}
+        s, e = m.get("specexit", {}), m.get("eagle3", {})
+        calib["confirmed"]["within_tolerance"] = (s.get("accuracy") is not None and e.get("accuracy") is not None
+                                                  and s["accuracy"] >= e["accuracy"] - cfg.tolerance - 1e-12)
+    calib["seconds"] = round(time.time() - t0, 1)
+    out = {"exit": chosen, "calibration": calib}
+    Path(cfg.output).parent.mkdir(parents=True, exist_ok=True)
+    Path(cfg.output).write_text(json.dumps(out, indent=2) + "\n")
+    if cfg.write_draft_defaults:
+        write_exit_defaults(ev.draft, chosen)
+    return out
+
+
+def _quiet_ray() -> None:
+    """Stop Ray (and so the stream of actor logs to this stdout) before printing results."""
+    import sys
+
+    try:
+        import ray
+
+        if ray.is_initialized():
+            ray.shutdown()
+    except Exception:
+        pass
+    sys.stdout.flush()
+
+
+def main(config: str, output: str | None = None, limit: int | None = None, as_json: bool = False) -> int:
+    from pipelines.evaluate.config import load_calibrate_config
+
+    cfg = load_calibrate_config(config, output=output, limit=limit)
+    out = run_calibration(cfg)
+    _quiet_ray()
+    if as_json:  # one line, the last one: engine actors' logs also reach this stdout
+        print(json.dumps(out), flush=True)
+    else:
+        c = out["calibration"]
+        print(f"chosen exit: {json.dumps(out['exit'])}")
+        print(f"replay on {c['n_traces']} dev traces: accuracy {c['chosen_replay']['accuracy']:.3f} "
+              f"(eagle3 {c['eagle3']['accuracy']:.3f}, tolerance {c['tolerance']}), think tokens "
+              f"{c['chosen_replay']['think_tokens']:.1f} (eagle3 {c['eagle3']['think_tokens']:.1f}, default "
+              f"{c['default']['think_tokens']:.1f}, oracle {c['oracle']['think_tokens']:.1f})")
+        if "confirmed" in c:
+            print(f"confirmed with the engine: {json.dumps(c['confirmed'])}")
+        print(f"wrote {cfg.output}  (use: SPECEXIT_EXIT_CONFIG={cfg.output})")
+    return 0

@@ -1,0 +1,72 @@
+"""Connecting to Ray and placing vLLM engines on CPU or GPU.
+
+`init_ray`: under `ray job submit` RAY_ADDRESS is set and `ray.init()` joins that cluster; run as
+a plain script it starts a private local cluster with enough *logical* CPUs (ray.data.llm runs one
+actor per stage and waits forever when they do not fit, whatever the physical core count).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from pipelines.common.config import EngineConfig, RayConfig
+
+log = logging.getLogger("specexit.pipelines")
+
+
+def init_ray(cfg: RayConfig) -> None:
+    import ray
+
+    if ray.is_initialized():
+        return
+    address = cfg.address or os.environ.get("RAY_ADDRESS")
+    if address:
+        ray.init(address=address, log_to_driver=True)
+        log.info("connected to Ray cluster at %s", address)
+    else:
+        # address="local": never attach to some other cluster that happens to run on this machine. Keep
+        # the dashboard: Ray Train's placement-group cleaner polls the state API it serves.
+        ray.init(address="local", num_cpus=max(cfg.num_cpus, os.cpu_count() or 1))
+        log.info("started a local Ray cluster with %d logical CPUs", max(cfg.num_cpus, os.cpu_count() or 1))
+
+
+def use_gpu(accelerator: str) -> bool:
+    import ray
+
+    if accelerator == "auto":
+        return ray.cluster_resources().get("GPU", 0) > 0
+    return accelerator == "gpu"
+
+
+def engine_env(engine: EngineConfig, gpu: bool) -> dict[str, str]:
+    """Environment of the engine actors (they are separate processes, so os.environ of the driver
+    does not reach them). On CPU the KV cache must be sized explicitly (the default check fails on
+    small VMs) and OpenMP threads bound to all cores (faster than pinning to core 0)."""
+    env = {"TOKENIZERS_PARALLELISM": "false"}
+    if os.path.isdir(engine.model):
+        env["HF_HUB_OFFLINE"] = "1"
+    if not gpu:
+        ncpu = os.cpu_count() or 1
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(engine.cpu_kv_cache_gib)
+        env["VLLM_CPU_OMP_THREADS_BIND"] = os.environ.get("VLLM_CPU_OMP_THREADS_BIND", f"0-{ncpu - 1}" if ncpu > 1 else "0")
+    for k in ("VLLM_USE_V2_MODEL_RUNNER", "VLLM_PLUGINS", "HF_HOME", "HF_TOKEN"):
+        if k in os.environ:  # pass through what the user set for the engines
+            env[k] = os.environ[k]
+    return env
+
+
+def engine_placement(engine: EngineConfig, gpu: bool) -> dict:
+    """ray.data.llm placement: on CPU one CPU bundle per engine (its default asks for a GPU)."""
+    if gpu:
+        return {}
+    if engine.tensor_parallel_size != 1:
+        raise ValueError("tensor_parallel_size > 1 needs GPUs (set engine.accelerator: gpu)")
+    return {"placement_group_config": {"bundles": [{"CPU": 1}]}}
+
+
+def stable_seed(base: int, row_id: str) -> int:
+    """Per-row sampling seed that does not depend on batch composition or scheduling."""
+    import zlib
+
+    return (base + zlib.crc32(row_id.encode())) % (2**31 - 1)

@@ -1,0 +1,285 @@
+"""`python -m pipelines.evaluate --config FILE`: SpecExit against its peers on one engine, as a Ray Data job.
+
+problems (toy split, JSONL, Parquet, HF) -> skip problems already written -> EvalWorker actors (vLLM
+EAGLE-3 + SpecExit draft engine, plain engine; every method, one request at a time) -> Parquet parts
+(one row per problem x temperature x method x setting, schema `eval_worker.EVAL`) -> per-method
+aggregates + target checks in `summary.json`. Python API: `run_evaluation(cfg) -> dict`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import statistics
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from pipelines.evaluate.config import EvalConfig, load_eval_config
+from pipelines.evaluate.rules import best_setting
+from pipelines.common.parts import clean_tmp, part_files, read_all
+
+log = logging.getLogger("specexit.pipelines.evaluate")
+
+# Targets of issue #7 (on the toy teacher; ratios from one run).
+TARGETS = {"think_vs_oracle_max": 1.25, "think_reduction_vs_eagle3_min": 0.50, "speedup_vs_eagle3_min": 1.9,
+           "accuracy_drop_max_points": 1.0}
+_AGG_COLUMNS = ["id", "problem_id", "status", "error", "method", "setting", "temperature", "correct", "think_tokens",
+                "answer_tokens", "latency_s", "requests", "probe_requests", "num_drafts", "num_accepted", "info"]
+
+
+def _aggregate(rows: list[dict]) -> dict:
+    ok = [r for r in rows if r["status"] == "ok"]
+    out: dict = {"n": len(ok), "errors": len(rows) - len(ok)}
+    if not ok:
+        return out
+    mean = lambda k: statistics.mean(float(r[k]) for r in ok)  # noqa: E731
+    drafts = sum(r["num_drafts"] or 0 for r in ok)
+    acc = sum(r["num_accepted"] or 0 for r in ok)
+    out.update(accuracy=mean("correct"), think_tokens=mean("think_tokens"), answer_tokens=mean("answer_tokens"),
+               latency_s=mean("latency_s"), latency_p50_s=statistics.median(float(r["latency_s"]) for r in ok),
+               acceptance_length=(1 + acc / drafts) if drafts else None, probe_requests=mean("probe_requests"),
+               requests=mean("requests"))
+    infos = [json.loads(r["info"] or "{}") for r in ok]
+    if any("probe_latency_s" in i for i in infos):  # oracle: the probing is not part of the method's latency
+        out["probe_latency_s"] = statistics.mean(i.get("probe_latency_s", 0.0) for i in infos)
+    if any("prefix_matches" in i for i in infos):  # oracle replays: same think prefix as the probed trace?
+        out["replay_prefix_match_rate"] = sum(bool(i.get("prefix_matches", True)) for i in infos) / len(infos)
+    if any("exit" in i for i in infos):
+        out["exit_rate"] = sum(i.get("exit") is not None for i in infos) / len(infos)
+    return out
+
+
+def aggregate(rows: list[dict], *, tolerance: float) -> dict:
+    """Per temperature: {"methods": {name: metrics}, "sweeps": {"budget": [metrics + setting]}}."""
+    groups: dict = defaultdict(list)
+    for r in rows:
+        if r["method"] is not None:
+            groups[(float(r["temperature"]), r["method"], r["setting"] or "")].append(r)
+    by_t: dict = {}
+    for (t, m, s), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], int(kv[0][2] or 0))):
+        d = by_t.setdefault(f"{t:g}", {"methods": {}, "sweeps": {}})
+        agg = _aggregate(rs)
+        if m == "budget":
+            d["sweeps"].setdefault("budget", []).append({"setting": int(s), **agg})
+        else:
+            d["methods"][m] = agg
+    for d in by_t.values():
+        pts = [p for p in d["sweeps"].get("budget", []) if p.get("n")]
+        ref = d["methods"].get("eagle3", {}).get("accuracy")
+        if pts:
+            best = best_setting(pts, ref_accuracy=ref if ref is not None else max(p["accuracy"] for p in pts),
+                                tolerance=tolerance)
+            d["methods"]["budget"] = dict(best)
+    return by_t
+
+
+def _check(value, target, ok: bool, miss: str | None, **kw) -> dict:
+    return {"value": value, "target": target, "pass": ok, "miss_by": None if ok else miss, **kw}
+
+
+def target_checks(methods: dict) -> dict:
+    """The issue's targets for one temperature (pass, or by how much they are missed)."""
+    s, e, o = methods.get("specexit"), methods.get("eagle3"), methods.get("oracle")
+    out: dict = {}
+    if not s or not s.get("n"):
+        return out
+    if o and o.get("n") and o["think_tokens"] > 0:
+        r = s["think_tokens"] / o["think_tokens"]
+        out["think_within_1.25x_oracle"] = _check(round(r, 3), f"<= {TARGETS['think_vs_oracle_max']}",
+                                                  r <= TARGETS["think_vs_oracle_max"],
+                                                  f"{r / TARGETS['think_vs_oracle_max']:.2f}x over ({r:.2f}x the oracle)")
+    if e and e.get("n"):
+        red = 1 - s["think_tokens"] / e["think_tokens"] if e["think_tokens"] else 0.0
+        out["think_reduction_vs_eagle3"] = _check(round(red, 3), f">= {TARGETS['think_reduction_vs_eagle3_min']}",
+                                                  red >= TARGETS["think_reduction_vs_eagle3_min"],
+                                                  f"{100 * (TARGETS['think_reduction_vs_eagle3_min'] - red):.1f} points short")
+        sp = e["latency_s"] / s["latency_s"] if s["latency_s"] else 0.0
+        out["speedup_vs_eagle3"] = _check(round(sp, 3), f">= {TARGETS['speedup_vs_eagle3_min']}",
+                                          sp >= TARGETS["speedup_vs_eagle3_min"],
+                                          f"{TARGETS['speedup_vs_eagle3_min'] - sp:.2f}x short ({sp:.2f}x)")
+        drop = 100 * (e["accuracy"] - s["accuracy"])
+        out["accuracy_within_1_point_of_eagle3"] = _check(round(drop, 2), f"<= {TARGETS['accuracy_drop_max_points']}",
+                                                          drop <= TARGETS["accuracy_drop_max_points"] + 1e-9,
+                                                          f"{drop - TARGETS['accuracy_drop_max_points']:.1f} points more")
+    for peer in ("deer", "dynasor"):
+        p = methods.get(peer)
+        if p and p.get("n"):
+            faster, acc_ok = s["latency_s"] < p["latency_s"], s["accuracy"] >= p["accuracy"] - 1e-9
+            out[f"faster_than_{peer}_at_equal_or_better_accuracy"] = _check(
+                {"latency_ratio": round(p["latency_s"] / s["latency_s"], 3),
+                 "accuracy_delta_points": round(100 * (s["accuracy"] - p["accuracy"]), 2)},
+                "latency ratio > 1 and accuracy delta >= 0", faster and acc_ok,
+                ", ".join(x for x in ([] if faster else [f"{s['latency_s'] / p['latency_s']:.2f}x slower"])
+                          + ([] if acc_ok else [f"{100 * (p['accuracy'] - s['accuracy']):.1f} points less accurate"])))
+    return out
+
+
+def tally_problems(rows: list[dict], expected: list[str]) -> dict:
+    """Every input problem accounted for: ok (all its rows ok) or error (any row failed)."""
+    by: dict = defaultdict(list)
+    for r in rows:
+        by[r["problem_id"]].append(r["status"])
+    exp = set(expected)
+    ok = sum(1 for p in exp if p in by and all(s == "ok" for s in by[p]))
+    err = sum(1 for p in exp if p in by and any(s != "ok" for s in by[p]))
+    missing = len(exp - set(by))
+    return {"input_rows": len(exp), "ok": ok, "errors": err, "missing": missing, "complete": missing == 0}
+
+
+_IDENTITY = ("engine", "draft", "num_speculative_tokens", "grader", "seed", "max_tokens", "deer", "dynasor", "oracle",
+             "chat_template_kwargs", "methods", "temperatures", "budget_sweep")
+
+
+def check_run_identity(cfg: EvalConfig) -> None:
+    """Resuming appends to the parts already there, so they must come from the same models and
+    method settings; `run.json` records them (a new draft needs a new output folder)."""
+    p = Path(cfg.output) / "run.json"
+    ident = json.loads(json.dumps({**cfg.model_dump(include=set(_IDENTITY)), "specexit_exit": _exit_used(cfg)}))
+    if p.exists() and part_files(cfg.output):
+        old = json.loads(p.read_text())
+        diff = sorted(k for k in ident if old.get(k) != ident.get(k))
+        if diff:
+            raise ValueError(f"{cfg.output} holds an evaluation with other {', '.join(diff)}; "
+                             f"use a new output folder (or delete this one)")
+    p.write_text(json.dumps(ident, indent=2) + "\n")
+
+
+def run_evaluation(cfg: EvalConfig) -> dict:
+    """Run (or resume) the evaluation; returns the summary (also written to `<output>/summary.json`)."""
+    t0 = time.time()
+    from pipelines.common.runtime import engine_env, init_ray, use_gpu
+    from pipelines.traces.sources import read_prompts
+
+    init_ray(cfg.ray)
+    import ray
+
+    gpu = use_gpu(cfg.engine.accelerator)
+    problems = read_prompts(cfg.input, cfg.limit)
+    expected = [p["id"] for p in problems]
+    Path(cfg.output).mkdir(parents=True, exist_ok=True)
+    check_run_identity(cfg)
+    clean_tmp(cfg.output)
+    done = set()
+    if part_files(cfg.output):
+        done = set(read_all(cfg.output, ["problem_id"]).column("problem_id").to_pylist())
+    todo = [p for p in problems if p["id"] not in done]
+    log.info("evaluate: %d problems, %d already in %s, %d to do; methods %s; temperatures %s", len(problems),
+             len(problems) - len(todo), cfg.output, len(todo), cfg.run_methods(), cfg.temperatures)
+    busy = None
+    if todo:
+        from pipelines.evaluate.worker import EvalWorker
+
+        env = engine_env(cfg.engine, gpu)
+        res = {"num_gpus": cfg.engine.tensor_parallel_size} if gpu else {"num_cpus": 1}
+        ds = ray.data.from_items(todo)
+        ds = ds.map_batches(EvalWorker, fn_constructor_kwargs={"cfg_json": cfg.model_dump_json(), "env": env},
+                            concurrency=cfg.concurrency, batch_size=cfg.batch_size, batch_format="pyarrow",
+                            runtime_env={"env_vars": env}, **res)
+        tb = time.time()
+        for rec in ds.iter_rows():
+            log.info("evaluate: part %s: %d problems, %d rows, %d errors", rec["part"], rec["problems"], rec["rows"],
+                     rec["errors"])
+        busy = time.time() - tb
+    rows = read_all(cfg.output, _AGG_COLUMNS).to_pylist()
+    rows = [r for r in rows if r["problem_id"] in set(expected)]
+    by_t = aggregate(rows, tolerance=cfg.accuracy_tolerance)
+    head = f"{cfg.temperatures[0]:g}"
+    summary = {
+        "methods": by_t.get(head, {}).get("methods", {}),
+        "sweeps": by_t.get(head, {}).get("sweeps", {}),
+        "temperature": cfg.temperatures[0],
+        "by_temperature": by_t,
+        "targets": {t: target_checks(d["methods"]) for t, d in by_t.items()},
+        "n": len(expected),
+        **tally_problems(rows, expected),
+        "output": cfg.output,
+        "seconds": round(time.time() - t0, 1),
+        "pipeline_seconds": None if busy is None else round(busy, 1),
+        "specexit_exit": _exit_used(cfg),
+    }
+    (Path(cfg.output) / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def toy_eval_config(*, draft: str, n: int, output: str, methods: list[str] | None = None,
+                    temperatures: list[float] | None = None, calibrated: str | None = None,
+                    teacher: str | None = None, **overrides) -> EvalConfig:
+    """The toy recipe (`examples/toy/evaluate.yaml`, shipped in the package's checkout) with the
+    pieces a caller such as `specexit demo` sets: the draft it trained, n test problems, the output."""
+    import yaml
+
+    from pipelines.evaluate.config import resolve_eval
+
+    recipe = Path(__file__).resolve().parents[1] / "examples" / "toy" / "evaluate.yaml"
+    d = yaml.safe_load(recipe.read_text())
+    d.update(draft=str(draft), output=str(output), limit=n, **overrides)
+    d["input"] = {**d["input"], "n": n}
+    if teacher is not None:
+        d["engine"]["model"] = str(teacher)
+    if methods is not None:
+        d["methods"] = list(methods)
+    if temperatures is not None:
+        d["temperatures"] = list(temperatures)
+    if calibrated is not None:
+        d["calibrated"] = str(calibrated)
+    root = recipe.parents[2]  # the recipe's relative model paths are relative to the checkout
+    for holder, key in ((d["engine"], "model"), (d, "draft")):
+        if not Path(holder[key]).is_absolute() and (root / holder[key]).exists():
+            holder[key] = str(root / holder[key])
+    return resolve_eval(EvalConfig.model_validate(d))
+
+
+def _exit_used(cfg: EvalConfig) -> dict | None:
+    """The exit setting `specexit` ran with: the request overrides, else the server defaults the
+    plugin takes from the draft (its `specexit.exit_defaults`, e.g. written by calibration)."""
+    from specexit_core.vllm_plugin.controls import server_defaults
+
+    from pipelines.evaluate.worker import _specexit_overrides
+
+    over = _specexit_overrides(cfg)
+    if over is not None:
+        return over
+    try:
+        spec = json.loads((Path(cfg.draft) / "config.json").read_text()).get("specexit") or {}
+        return server_defaults(spec).to_dict()
+    except (OSError, ValueError):
+        return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    from pipelines.common.stage_cli import print_summary, setup_logging
+    from pipelines.common.config import ConfigError
+
+    ap = argparse.ArgumentParser(prog="python -m pipelines.evaluate", description="SpecExit vs peer methods (Ray)")
+    ap.add_argument("--config", required=True, help="YAML config file (unknown keys are errors)")
+    ap.add_argument("--input", help="override the eval set path (.jsonl / .parquet / folder)")
+    ap.add_argument("--output", help="override the output folder")
+    ap.add_argument("--limit", type=int, help="only the first N problems")
+    ap.add_argument("--calibrated", help="JSON written by `specexit calibrate`: the exit setting of `specexit`")
+    ap.add_argument("--report", action="store_true", help="also write report.md + PNGs into the output folder")
+    ap.add_argument("-v", "--verbose", action="store_true")
+    args = ap.parse_args(argv)
+    setup_logging(args.verbose)
+    if args.limit is not None and args.limit < 1:
+        print(f"--limit must be >= 1, got {args.limit}", file=sys.stderr)
+        return 2
+    try:
+        cfg = load_eval_config(args.config, input=args.input, output=args.output, limit=args.limit,
+                               calibrated=args.calibrated)
+    except (ConfigError, OSError) as e:
+        print(str(e), file=sys.stderr)
+        return 2
+    summary = run_evaluation(cfg)
+    if args.report:
+        from pipelines.report.job import write_report
+
+        summary["report"] = str(write_report(cfg.output))
+    from pipelines.calibrate.job import _quiet_ray
+
+    _quiet_ray()
+    print_summary({k: v for k, v in summary.items() if k not in ("by_temperature", "sweeps")})
+    return 0 if summary.get("complete") else 1
+

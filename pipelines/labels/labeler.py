@@ -1,0 +1,120 @@
+"""The labeling actor: one vLLM engine that probes whole traces and returns labeled rows.
+
+Why not ray.data.llm here: labels need *all* probes of a trace together (they become one row), and
+ray.data.llm streams one request per row in completion order. So each Ray Data batch holds whole
+traces; the actor sends all their probes to vLLM in one `generate` call. Probes of one trace share
+the prompt + trace prefix, so with prefix caching the engine computes that prefix once, and the
+batch keeps the engine busy with many traces' probes at a time.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pyarrow as pa
+
+from specexit_core.labels import find_think_span, label_trace, probe_prompts, step_boundaries
+
+from pipelines.common.graders import grade, reference_answer
+from pipelines.common.schemas import LABELS, empty_row
+from pipelines.common.tokens import think_opened
+
+class ProbeLabeler:
+    """Ray Data callable class: `map_batches(ProbeLabeler, fn_constructor_kwargs=...)`."""
+
+    def __init__(self, *, model: str, engine_kwargs: dict, env: dict, grader: str, close_text: str,
+                 answer_prompt: str, probe_max_tokens: int, think_start: str, think_end: str,
+                 split_tokens: list[str] | None, shift: str, initial: float, gpu: bool):
+        os.environ.update(env)  # before vLLM is imported in this process
+        from vllm import LLM, SamplingParams
+
+        from pipelines.common.tokens import token_ids
+
+        if gpu and engine_kwargs.get("tensor_parallel_size", 1) > 1:
+            engine_kwargs = {"distributed_executor_backend": "mp", **engine_kwargs}
+        self.llm = LLM(model=model, **engine_kwargs)
+        tok = self.llm.get_tokenizer()
+        self.ids = token_ids(tok, think_start=think_start, think_end=think_end, split_tokens=split_tokens,
+                             model_dir=model)
+        self.close_ids = tok.encode(close_text + answer_prompt, add_special_tokens=False)
+        self.max_len = self.llm.llm_engine.model_config.max_model_len
+        self.params = SamplingParams(temperature=0.0, max_tokens=probe_max_tokens)
+        self.grader, self.shift, self.initial = grader, shift, initial
+        self.probe_max_tokens = probe_max_tokens
+        print(f"[labels] engine ready: split ids {self.ids.split}, close ids {self.close_ids}, "
+              f"max_model_len {self.max_len}", flush=True)
+
+    # -- one trace -> probes ----------------------------------------------------------------
+    def _plan(self, row: dict):
+        """(probe prompts, context) for a labelable trace, or an error string."""
+        if row["status"] != "ok":
+            return f"trace error: {row['error']}"
+        prompt, comp = list(row["prompt_token_ids"]), list(row["completion_token_ids"])
+        opened = think_opened(prompt, self.ids.think_start, self.ids.think_end)
+        span = find_think_span(comp, think_start_id=self.ids.think_start, think_end_id=self.ids.think_end,
+                               prompt_opened_think=opened)
+        if span is None:
+            return "unfinished trace: no closed think segment (raise sampling.max_tokens)"
+        ref = reference_answer(self.grader, row.get("gold"), row.get("answer"))
+        if ref is None:
+            return "no reference answer: no gold and the trace's answer has none"
+        bounds = step_boundaries(comp, self.ids.split, *span)
+        probes = probe_prompts(prompt, comp, bounds, self.close_ids)
+        if probes and len(probes[-1]) + 1 > self.max_len:
+            return f"probe prompt of {len(probes[-1])} tokens exceeds max_model_len {self.max_len}"
+        return probes, dict(prompt=prompt, comp=comp, opened=opened, ref=ref, bounds=bounds)
+
+    def _label(self, row: dict, ctx: dict, outcomes: list[float]) -> dict:
+        lab = label_trace(ctx["prompt"], ctx["comp"], outcomes, split_ids=self.ids.split,
+                          think_start_id=self.ids.think_start, think_end_id=self.ids.think_end,
+                          prompt_opened_think=ctx["opened"], initial=self.initial, shift=self.shift)
+        d = lab.to_dict()
+        final_ok = grade(self.grader, row.get("answer") or "", ctx["ref"]) > 0.5
+        return dict(id=row["id"], status="ok", error=None, gold=row.get("gold"), reference=ctx["ref"],
+                    prompt_token_ids=ctx["prompt"], completion_token_ids=ctx["comp"],
+                    probe_outcomes=[float(o) for o in outcomes], final_correct=final_ok, **d)
+
+    def _generate(self, prompts: list[list[int]]) -> list[str]:
+        outs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], self.params, use_tqdm=False)
+        return [o.outputs[0].text for o in outs]
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        rows = batch.to_pylist()
+        t0 = time.time()
+        plans = [self._plan(r) for r in rows]
+        flat, owner = [], []
+        for i, p in enumerate(plans):
+            if not isinstance(p, str):
+                flat.extend(p[0])
+                owner.extend([i] * len(p[0]))
+        try:
+            texts = self._generate(flat) if flat else []
+        except Exception as e:  # isolate the trace that broke the batch, keep the others
+            print(f"[labels] batch generate failed ({e}); probing trace by trace", flush=True)
+            texts, flat_ok = [], []
+            for i, p in enumerate(plans):
+                if isinstance(p, str):
+                    continue
+                try:
+                    texts.extend(self._generate(p[0]) if p[0] else [])
+                except Exception as e1:
+                    plans[i] = f"probe generation failed: {type(e1).__name__}: {e1}"
+                    continue
+                flat_ok.extend([i] * len(p[0]))
+            owner = flat_ok
+        per_trace: dict[int, list[float]] = {i: [] for i, p in enumerate(plans) if not isinstance(p, str)}
+        for i, text in zip(owner, texts):
+            per_trace[i].append(grade(self.grader, text, plans[i][1]["ref"]))
+        out = []
+        for i, (row, p) in enumerate(zip(rows, plans)):
+            if isinstance(p, str):
+                out.append(empty_row(LABELS, row["id"], p, gold=row.get("gold")))
+            else:
+                out.append(self._label(row, p[1], per_trace[i]))
+        t1 = time.time()
+        print(f"[labels] {len(rows)} traces, {len(texts)} probes in {t1 - t0:.1f}s", flush=True)
+        table = pa.Table.from_pylist([{f.name: r.get(f.name) for f in LABELS} for r in out], schema=LABELS)
+        # busy-window stamps for the throughput report (dropped by the writer)
+        return table.append_column("_t0", pa.array([t0] * len(out), pa.float64())).append_column(
+            "_t1", pa.array([t1] * len(out), pa.float64()))

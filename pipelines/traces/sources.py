@@ -1,0 +1,122 @@
+"""Prompt sources of the traces job: the toy generator, JSONL, Parquet, Hugging Face datasets.
+
+Ray Data reads the source; the (small) prompt table then comes back to the driver in input order so
+each row gets a stable id (the `id_column` when the data has one, else `row-<index>`), which is what
+makes a resubmitted job skip exactly the rows it already wrote. Rows that cannot be prompted
+(missing / non-string / empty prompt, unparsable JSON, duplicate id) are kept with an `error`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from pipelines.common.config import InputConfig
+
+log = logging.getLogger("specexit.pipelines")
+
+_MISSING = object()
+LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def _toy_rows(cfg: InputConfig, n: int) -> list[dict]:
+    from specexit_core.toy.task import problems
+
+    return [{"id": f"toy-{cfg.split}-{p.uid}", "prompt": p.prompt, "gold": str(p.answer)}
+            for p in problems(cfg.split, n, seed=cfg.seed)]  # type: ignore[arg-type]
+
+
+def read_dataset(cfg: InputConfig, limit: int | None):
+    """The source as a Ray Dataset of raw records (JSONL: one `text` column of raw lines)."""
+    import ray
+
+    if cfg.kind == "toy":
+        n = min(cfg.n, limit) if limit else cfg.n
+        return ray.data.from_items(_toy_rows(cfg, n))
+    if cfg.kind == "jsonl":
+        # Read raw lines, parse later: Arrow's JSON reader fails the whole file on one row whose
+        # prompt has another type, and such rows must become error rows instead.
+        return ray.data.read_text(cfg.path)
+    if cfg.kind == "parquet":
+        return ray.data.read_parquet(cfg.path)
+    import datasets
+
+    if cfg.kind == "hf_disk":
+        hf = datasets.load_from_disk(cfg.path)
+    else:
+        hf = datasets.load_dataset(cfg.path, cfg.hf_config_name, split=cfg.split)
+    if isinstance(hf, datasets.DatasetDict):
+        hf = hf[cfg.split]
+    return ray.data.from_huggingface(hf)
+
+
+def _py(v: Any) -> Any:
+    """numpy scalars / arrays from Ray rows -> plain Python."""
+    if hasattr(v, "tolist"):
+        return v.tolist()
+    return v
+
+
+def normalize(rec: dict, index: int, cfg: InputConfig) -> dict:
+    """One raw record -> {id, prompt, gold, error}."""
+    if cfg.kind == "jsonl":
+        try:
+            rec = json.loads(rec["text"])
+            if not isinstance(rec, dict):
+                raise ValueError("not a JSON object")
+        except ValueError as e:
+            return {"id": f"row-{index:08d}", "prompt": None, "gold": None, "error": f"invalid JSON line: {e}"}
+    rec = {k: _py(v) for k, v in rec.items()}
+    rid = rec.get(cfg.id_column) if cfg.id_column else None
+    rid = f"row-{index:08d}" if rid is None or rid == "" else str(rid)
+    prompt = rec.get(cfg.prompt_column, _MISSING)
+    gold_col = cfg.gold_column or ("gold" if cfg.kind == "toy" else None)
+    gold = rec.get(gold_col) if gold_col else None
+    error = None
+    if prompt is _MISSING:
+        error, prompt = f"no {cfg.prompt_column!r} field", None
+    elif not isinstance(prompt, str):
+        error, prompt = f"prompt is not a string ({type(prompt).__name__})", None
+    elif not prompt.strip():
+        error = "empty prompt"
+    elif cfg.choices_column:
+        choices = rec.get(cfg.choices_column)
+        if not isinstance(choices, list) or not choices:
+            error = f"{cfg.choices_column!r} is not a non-empty list"
+        else:
+            prompt = prompt + "\n" + "\n".join(f"{LETTERS[i]}. {c}" for i, c in enumerate(choices))
+    return {"id": rid, "prompt": prompt, "gold": None if gold is None else str(gold), "error": error}
+
+
+def dedupe_ids(rows: list[dict]) -> list[dict]:
+    """A repeated id becomes `<id>#dup<k>` with an error, so every output id is unique and each
+    input row still yields exactly one output row."""
+    seen: dict[str, int] = {}
+    for r in rows:
+        k = seen.get(r["id"], 0)
+        seen[r["id"]] = k + 1
+        if k:
+            r["error"] = r["error"] or f"duplicate id {r['id']!r} in the input"
+            r["id"] = f"{r['id']}#dup{k}"
+    return rows
+
+
+def read_prompts(cfg: InputConfig, limit: int | None) -> list[dict]:
+    """First `limit` rows of the source, normalized, in input order, ids unique."""
+    from ray.data import DataContext
+
+    ctx = DataContext.get_current()
+    old = ctx.execution_options.preserve_order
+    ctx.execution_options.preserve_order = True  # row index -> id must not depend on scheduling
+    try:
+        ds = read_dataset(cfg, limit)
+        if limit:
+            ds = ds.limit(limit)
+        raw = ds.take_all()
+    finally:
+        ctx.execution_options.preserve_order = old
+    rows = dedupe_ids([normalize(r, i, cfg) for i, r in enumerate(raw)])
+    log.info("read %d prompts (%d invalid) from %s", len(rows), sum(r["error"] is not None for r in rows),
+             cfg.path or f"toy:{cfg.split}")
+    return rows

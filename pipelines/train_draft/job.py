@@ -1,0 +1,145 @@
+"""`python -m pipelines.train_draft --config FILE`: train the SpecExit draft with Ray Train.
+
+labels Parquet (Ray Data) -> draft vocab from token counts -> `TorchTrainer` (N DDP workers, the
+loop in train_loop.py) with `CheckpointConfig` + `FailureConfig` under
+<storage_path>/<run_name> -> export the latest checkpoint's draft folder to `output` (the
+vLLM Eagle3 layout written by `specexit_core.draft.checkpoint.save_draft`).
+
+Rerunning with the same run name resumes from the latest checkpoint (Ray Train restores the run's
+checkpoint state from storage); raise `steps` to train further.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+
+from pipelines.common.config import TrainDraftConfig
+from pipelines.train_draft.vocab_counts import count_tokens, draft_vocab_from_counts
+from pipelines.common.parts import keep_ids, part_files, read_column
+from pipelines.common.runtime import init_ray, use_gpu
+from pipelines.common.tokens import load_tokenizer, token_ids
+from pipelines.train_draft.loop import DRAFT_SUBDIR, train_loop
+
+log = logging.getLogger("specexit.pipelines.train_draft")
+
+COLUMNS = ["id", "status", "prompt_token_ids", "completion_token_ids", "confidence", "progress", "log_remaining",
+           "mask"]
+
+
+def events_path(cfg: TrainDraftConfig) -> Path:
+    return Path(cfg.storage_path) / cfg.run_name / "specexit_events.jsonl"
+
+
+def read_events(cfg: TrainDraftConfig) -> list[dict]:
+    p = events_path(cfg)
+    return [json.loads(x) for x in p.read_text().splitlines()] if p.exists() else []
+
+
+def prepare_init_draft(cfg: TrainDraftConfig, run_dir: Path, must_keep: list[int]):
+    """The SpecExit folder training starts from (a stock EAGLE-3 draft gets zero signal rows), and
+    its vocab maps. Checks that it fits the target and keeps the tokens the exit needs."""
+    import torch
+    from safetensors.torch import load_file
+
+    from specexit_core.draft.checkpoint import convert, read_config
+
+    src = Path(cfg.init_draft)
+    dcfg = read_config(src)
+    if dcfg.signals:
+        init = src
+    else:
+        init = convert(src, run_dir / "init_draft", add_signals=True)
+        log.info("train_draft: %s is a stock EAGLE-3 draft; added zero-initialised signal rows", src)
+    if cfg.draft_vocab_size is not None and cfg.draft_vocab_size != dcfg.draft_vocab_size:
+        raise SystemExit(f"train_draft: draft_vocab_size {cfg.draft_vocab_size} != init_draft's {dcfg.draft_vocab_size}")
+    t = load_file(str(Path(init) / "model.safetensors"))
+    d2t, t2d = t["d2t"].long(), t["t2d"].to(torch.bool)
+    missing = [i for i in must_keep if not bool(t2d[i])]
+    if missing:
+        raise SystemExit(f"train_draft: init_draft's vocab lacks token ids {missing} (</think>, split, eos)")
+    return str(init), d2t, t2d
+
+
+def run(cfg: TrainDraftConfig) -> dict:
+    t0 = time.time()
+    init_ray(cfg.ray)
+    import ray
+    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+    from transformers import AutoConfig
+
+    files = part_files(cfg.input)
+    if not files:
+        raise SystemExit(f"train_draft: no labels (part-*.parquet) in {cfg.input}")
+    ids = read_column(cfg.input, "id")[: cfg.limit]
+    status = dict(zip(read_column(cfg.input, "id"), read_column(cfg.input, "status")))
+    train_ids = [i for i in ids if status[i] == "ok"]
+    if len(train_ids) < cfg.num_workers:
+        raise SystemExit(f"train_draft: {len(train_ids)} labeled rows for {cfg.num_workers} workers")
+    ds = ray.data.read_parquet([str(f) for f in files], columns=COLUMNS)
+    ds = ds.map_batches(keep_ids, fn_kwargs={"ids": train_ids}, batch_format="pyarrow", num_cpus=0.25)
+
+    tcfg = AutoConfig.from_pretrained(cfg.target)
+    vocab = tcfg.vocab_size
+    tok = load_tokenizer(cfg.target)
+    tids = token_ids(tok, think_start=cfg.think_start, think_end=cfg.think_end, split_tokens=cfg.split_tokens,
+                     model_dir=cfg.target)
+    counts = np.zeros(vocab, dtype=np.int64)
+    for r in ds.map_batches(count_tokens, fn_kwargs={"column": "completion_token_ids", "vocab_size": vocab},
+                            batch_format="pyarrow", num_cpus=0.25).iter_rows():
+        counts += np.asarray(r["counts"], dtype=np.int64)
+    run_dir = Path(cfg.storage_path) / cfg.run_name
+    init_dir = None
+    if cfg.init_draft:
+        init_dir, d2t, t2d = prepare_init_draft(cfg, run_dir, [tids.think_end, *tids.split, *tids.eos])
+    else:
+        d2t, t2d = draft_vocab_from_counts(counts, cfg.draft_vocab_size, [tids.think_end, *tids.split, *tids.eos])
+    covered = float(counts[t2d.numpy()].sum() / max(counts.sum(), 1))
+    log.info("train_draft: %d labeled rows (of %d); draft vocab %d covers %.1f%% of completion tokens%s",
+             len(train_ids), len(ids), int(t2d.sum()), 100 * covered,
+             f"; fine-tuning {cfg.init_draft}" if cfg.init_draft else "")
+
+    train_ds = ds.select_columns(COLUMNS[2:])
+    if cfg.cache_data:
+        train_ds = train_ds.materialize()
+    gpu = use_gpu("auto") if cfg.use_gpu == "auto" else cfg.use_gpu
+    trainer = TorchTrainer(
+        train_loop,
+        train_loop_config={"cfg": cfg.model_dump(mode="json"), "d2t": d2t.tolist(), "t2d": t2d.tolist(),
+                           "pad_id": tids.pad, "eos_id": tids.eos[0], "run_dir": str(run_dir),
+                           "token_ids": {"think_start": tids.think_start, "think_end": tids.think_end,
+                                         "split": list(tids.split)},
+                           "events": str(events_path(cfg)), "init_draft": init_dir},
+        scaling_config=ScalingConfig(num_workers=cfg.num_workers, use_gpu=gpu,
+                                     resources_per_worker=None if gpu else {"CPU": 1}),
+        datasets={"train": train_ds},
+        run_config=RunConfig(name=cfg.run_name, storage_path=cfg.storage_path,
+                             checkpoint_config=CheckpointConfig(num_to_keep=cfg.num_to_keep),
+                             failure_config=FailureConfig(max_failures=cfg.max_failures)),
+    )
+    result = trainer.fit()
+    if result.checkpoint is None:
+        raise RuntimeError(f"train_draft: run {cfg.run_name} produced no checkpoint")
+    out = Path(cfg.output)
+    with result.checkpoint.as_directory() as d:
+        if out.exists():
+            shutil.rmtree(out)
+        shutil.copytree(Path(d) / DRAFT_SUBDIR, out)
+    metrics = {k: v for k, v in (result.metrics or {}).items() if isinstance(v, (int, float))}
+    starts = [e for e in read_events(cfg) if e["event"] == "start"]
+    meta = {"train_config": cfg.model_dump(mode="json"), "final_metrics": metrics, "checkpoint": result.checkpoint.path,
+            "draft_vocab_coverage": covered, "labeled_rows": len(train_ids)}
+    (out / "specexit_train.json").write_text(json.dumps(meta, indent=2) + "\n")
+    secs = time.time() - t0
+    return {"stage": "train_draft", "complete": True, "output": str(out), "run_name": cfg.run_name,
+            "checkpoint": result.checkpoint.path, "step": metrics.get("step"), "loss": metrics.get("loss"),
+            "input_rows": len(ids), "ok": len(train_ids), "errors": len(ids) - len(train_ids),
+            "worker_group_starts": len(starts), "resumed_from_steps": [e["step"] for e in starts if e.get("resumed")],
+            "seconds": round(secs, 1), "rows_per_s": round(len(train_ids) / secs, 3)}
+

@@ -1,0 +1,189 @@
+"""The Ray Train worker loop: frozen target features online, the core `train_step`, DDP, checkpoints.
+
+Each worker loads the frozen target, builds the draft (vocab maps from the driver, embeddings and
+head initialised from the target), wraps `SpecExitObjective` in DDP (gloo on CPU, NCCL on GPU)
+and trains on its shard of the labeled Parquet. Rank 0 writes a checkpoint every
+`checkpoint_every` steps and at the end; after a worker failure (FailureConfig) or a driver rerun
+with the same run name, `ray.train.get_checkpoint()` returns the latest one and training resumes
+from its step. The data order after a resume is not replayed exactly (shuffles restart).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from specexit_core.draft.checkpoint import load_draft, save_draft
+from specexit_core.draft.config import DraftConfig
+from specexit_core.draft.model import SpecExitDraft
+from specexit_core.training.loss import LossConfig
+from specexit_core.training.step import DraftBatch, SpecExitObjective, train_step
+
+from pipelines.common.config import TrainDraftConfig
+from pipelines.train_draft.batch import collate
+
+STATE = "state.pt"
+DRAFT_SUBDIR = "draft"
+
+
+def default_aux_layers(n_layers: int) -> tuple[int, int, int]:
+    """vLLM's EAGLE-3 default (2, L//2, L-3); tiny targets must configure their own."""
+    ids = (2, n_layers // 2, n_layers - 3)
+    if len(set(ids)) != 3 or min(ids) < 0:
+        raise ValueError(f"default aux layers {ids} are invalid for a {n_layers}-layer target; set aux_layer_ids")
+    return ids
+
+
+def build_draft(target, cfg: TrainDraftConfig, d2t: torch.Tensor, t2d: torch.Tensor,
+                token_ids: dict | None = None) -> SpecExitDraft:
+    """`token_ids` ({think_start, think_end, split}) go into the draft config: the vLLM plugin's
+    exit policy reads them from there."""
+    aux = cfg.aux_layer_ids or default_aux_layers(target.config.num_hidden_layers)
+    dcfg = DraftConfig.for_target(target.config, aux_layer_ids=aux, draft_vocab_size=cfg.draft_vocab_size,
+                                  token_ids=token_ids)
+    draft = SpecExitDraft(dcfg)
+    draft.d2t.copy_(d2t)
+    draft.t2d.copy_(t2d)
+    with torch.no_grad():  # embeddings frozen (vLLM may share the target's); head starts as the target's
+        draft.embed_tokens.weight.copy_(target.get_input_embeddings().weight.detach().float().cpu())
+        rows = torch.arange(dcfg.draft_vocab_size) + d2t
+        draft.lm_head.weight.copy_(target.get_output_embeddings().weight.detach().float().cpu()[rows])
+    draft.embed_tokens.weight.requires_grad_(False)
+    return draft
+
+
+def lr_at(cfg: TrainDraftConfig, step: int) -> float:
+    warm = min(1.0, (step + 1) / cfg.warmup_steps)
+    return cfg.lr * warm * 0.5 * (1 + math.cos(math.pi * step / cfg.steps))
+
+
+def _to(batch: DraftBatch, device) -> DraftBatch:
+    return DraftBatch(*(getattr(batch, f).to(device) for f in DraftBatch.__dataclass_fields__))
+
+
+def _say(msg: str) -> None:
+    """One line to the worker's stdout (Ray forwards it to the job log). Ray Train patches
+    `print` to also go through its logger, which shows every line twice; write to the real stdout."""
+    sys.__stdout__.write(msg + "\n")
+    sys.__stdout__.flush()
+
+
+def _event(path: str | None, **kw) -> None:
+    if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a") as fh:
+            fh.write(json.dumps({"time": round(time.time(), 3), **kw}) + "\n")
+
+
+def _save(inner: SpecExitObjective, opt, step: int, cfg: TrainDraftConfig, metrics: dict):
+    from ray.train import Checkpoint
+
+    d = tempfile.mkdtemp(prefix="specexit-ckpt-")
+    torch.save({"objective": inner.state_dict(), "optimizer": opt.state_dict(), "step": step}, os.path.join(d, STATE))
+    save_draft(inner.draft, os.path.join(d, DRAFT_SUBDIR), include_embed=cfg.include_embed,
+               extra={"specexit_train": {"step": step, **{k: metrics[k] for k in ("loss", "token_loss") if k in metrics}}})
+    return d, Checkpoint.from_directory(d)
+
+
+def train_loop(config: dict) -> None:
+    import ray.train
+    import ray.train.torch
+    from transformers import AutoModelForCausalLM
+
+    cfg = TrainDraftConfig.model_validate(config["cfg"])
+    ctx = ray.train.get_context()
+    rank, world = ctx.get_world_rank(), ctx.get_world_size()
+    run_dir = config.get("run_dir")
+    if run_dir:  # lets an operator (or the failure test) find and kill a worker
+        Path(run_dir).mkdir(parents=True, exist_ok=True)
+        Path(run_dir, f"worker-{rank}.pid").write_text(str(os.getpid()))
+    device = ray.train.torch.get_device()
+    if device.type == "cpu":
+        torch.set_num_threads(cfg.threads_per_worker)
+    torch.manual_seed(cfg.seed)
+
+    target = AutoModelForCausalLM.from_pretrained(cfg.target, dtype=getattr(torch, cfg.target_dtype))
+    target.eval().to(device)
+    for p in target.parameters():
+        p.requires_grad_(False)
+    if config.get("init_draft"):  # fine-tune an existing draft (its vocab maps came with it)
+        draft = load_draft(config["init_draft"], target_embed=target.get_input_embeddings().weight.detach().float().cpu(),
+                           expect_signals=True).train()
+        draft.cfg = draft.cfg.replace(token_ids=config.get("token_ids"))
+    else:
+        draft = build_draft(target, cfg, torch.tensor(config["d2t"]), torch.tensor(config["t2d"], dtype=torch.bool),
+                            config.get("token_ids"))
+    objective = SpecExitObjective(draft, LossConfig(unroll=cfg.unroll, weighting=cfg.weighting)).to(device)
+    opt = torch.optim.AdamW([p for p in objective.parameters() if p.requires_grad], lr=cfg.lr, betas=(0.9, 0.95),
+                            weight_decay=0.0)
+
+    step = 0
+    ckpt = ray.train.get_checkpoint()
+    if ckpt is not None:
+        with ckpt.as_directory() as d:
+            state = torch.load(os.path.join(d, STATE), map_location=device, weights_only=False)
+        objective.load_state_dict(state["objective"])
+        opt.load_state_dict(state["optimizer"])
+        step = int(state["step"])
+    if rank == 0:
+        _event(config.get("events"), event="start", step=step, world_size=world, resumed=ckpt is not None)
+        _say(f"[train] rank 0/{world}: {'resuming from step ' + str(step) if ckpt else 'starting'}; "
+              f"{sum(p.numel() for p in objective.parameters() if p.requires_grad) / 1e6:.2f}M trainable params; "
+              f"device {device}")
+
+    # Learned weights exist only in "uncertainty" mode; other modes leave log_vars out of the graph.
+    model = ray.train.torch.prepare_model(
+        objective, parallel_strategy_kwargs={"find_unused_parameters": cfg.weighting != "uncertainty"})
+    inner = model.module if hasattr(model, "module") else model
+    shard = ray.train.get_dataset_shard("train")
+    eos = config["eos_id"]
+    t0, epoch = time.time(), 0
+    metrics: dict = {}
+    t_data = t_step = 0.0  # where the time goes (data wait + reporting vs compute), logged with the losses
+    while step < cfg.steps:
+        n_batches = 0
+        t_mark = time.time()
+        for nb in shard.iter_batches(batch_size=cfg.batch_size, batch_format="numpy",
+                                     local_shuffle_buffer_size=4 * cfg.batch_size,
+                                     local_shuffle_seed=cfg.seed + 1000 * epoch + step):
+            if step >= cfg.steps:
+                break
+            n_batches += 1
+            for g in opt.param_groups:
+                g["lr"] = lr_at(cfg, step)
+            batch = _to(collate(nb, pad_id=config["pad_id"], eos_id=eos, max_len=cfg.max_seq_len), device)
+            t_data += time.time() - t_mark
+            t_mark = time.time()
+            logs = train_step(model, opt, target, batch, grad_clip=cfg.grad_clip)
+            t_step += time.time() - t_mark
+            t_mark = time.time()  # from here on it counts as data/reporting time
+            step += 1
+            is_log = step % cfg.log_every == 0 or step == 1 or step == cfg.steps
+            is_ckpt = step % cfg.checkpoint_every == 0 or step == cfg.steps
+            if not (is_log or is_ckpt):
+                continue
+            metrics = {k: float(v) for k, v in logs.items()}
+            metrics.update(step=step, lr=lr_at(cfg, step - 1), epoch=epoch, seconds=round(time.time() - t0, 1),
+                           data_s=round(t_data, 2), compute_s=round(t_step, 2))
+            if rank == 0 and is_log:
+                terms = " ".join(f"{k}={v:.4f}" for k, v in sorted(logs.items()))
+                _say(f"[train] step {step}/{cfg.steps} {terms} ({metrics['seconds']:.0f}s; data {t_data:.1f}s, "
+                     f"compute {t_step:.1f}s)")
+            tmp, ck = _save(inner, opt, step, cfg, metrics) if (is_ckpt and rank == 0) else (None, None)
+            ray.train.report(metrics, checkpoint=ck)  # a collective: every rank reports at the same steps
+            if tmp:
+                shutil.rmtree(tmp, ignore_errors=True)
+                _event(config.get("events"), event="checkpoint", step=step)
+        if n_batches == 0:
+            raise RuntimeError(f"rank {rank}: empty data shard; need at least {world} labeled rows")
+        epoch += 1
+    if rank == 0:
+        _event(config.get("events"), event="end", step=step)

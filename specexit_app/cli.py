@@ -1,0 +1,181 @@
+"""The `specexit` command. Subcommands grow with the project; each is a thin shell over a module."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+
+
+def _setup_logging(verbose: bool) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+    )
+
+
+def cmd_toy_build(args: argparse.Namespace) -> int:
+    from specexit_core.toy.build import BuildConfig, build
+    from specexit_core.toy.paths import TEACHER_DIR
+
+    cfg = BuildConfig()
+    if args.config:
+        cfg = BuildConfig.from_json(json.loads(Path(args.config).read_text()))
+    if args.steps is not None:
+        cfg = BuildConfig.from_json({**cfg.to_json(), "steps": args.steps})
+    build(cfg, Path(args.out or TEACHER_DIR))
+    return 0
+
+
+def cmd_toy_eval(args: argparse.Namespace) -> int:
+    from specexit_core.toy.teacher_eval import evaluate
+    from specexit_core.toy.paths import TEACHER_DIR
+
+    res = evaluate(args.model or TEACHER_DIR, n=args.n, seed=args.seed, split=args.split)
+    if args.json:
+        print(json.dumps(res.to_json(), indent=2))
+    else:
+        for k, v in res.to_json().items():
+            print(f"{k:28s} {v:.4f}" if isinstance(v, float) else f"{k:28s} {v}")
+    return 0
+
+
+def cmd_toy_demo(args: argparse.Namespace) -> int:
+    from specexit_core.toy.showcase import run_demo
+
+    return run_demo(n=args.n, json_out=args.json)
+
+
+def cmd_toy_train_draft(args: argparse.Namespace) -> int:
+    from specexit_core.toy.paths import DRAFT_DIR, TEACHER_DIR
+    from specexit_core.toy.draft_build import DraftTrainConfig, train_toy_draft
+
+    d = json.loads(Path(args.config).read_text()) if args.config else {}
+    if args.steps is not None:
+        d["steps"] = args.steps
+    cfg = DraftTrainConfig.from_json(d)
+    meta = train_toy_draft(cfg, Path(args.teacher or TEACHER_DIR), Path(args.out or DRAFT_DIR))
+    print(json.dumps(meta["heldout"], indent=2))
+    return 0
+
+
+def cmd_draft_convert(args: argparse.Namespace) -> int:
+    from specexit_core.draft.checkpoint import convert
+
+    out = convert(args.src, args.dst, add_signals=args.add_signals)
+    print(f"wrote {out}")
+    return 0
+
+
+def cmd_bench_vllm(args: argparse.Namespace) -> int:
+    from specexit_core.bench.vllm_bench import main as bench_main
+
+    return bench_main(n=args.n, as_json=args.json, exit_config=args.exit_config)
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from pipelines.calibrate.job import main as calibrate_main
+
+    return calibrate_main(args.config, output=args.output, limit=args.n, as_json=args.json)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from pipelines.common.config import ConfigError
+    from specexit_app.demo import load_demo_config, print_table, run_demo
+
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout: the table / the JSON
+    try:
+        cfg = load_demo_config(args.config, quick=args.quick, workdir=args.workdir, port=args.port)
+    except (ConfigError, OSError) as e:
+        print(str(e), file=sys.stderr)
+        return 2
+    summary = run_demo(cfg, fresh=args.fresh)
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        print_table(summary)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="specexit", description="SpecExit on Ray + vLLM")
+    p.add_argument("-v", "--verbose", action="store_true")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    dm = sub.add_parser("demo", help="the whole loop on the toy: traces -> labels -> draft -> calibration -> "
+                                     "Ray Serve endpoint -> evaluation of every method -> report")
+    dm.add_argument("--config", help="DemoConfig YAML (default: examples/toy/demo.yaml)")
+    dm.add_argument("--quick", action="store_true", help="a smoke run of every stage (the config's `quick` block)")
+    dm.add_argument("--json", action="store_true", help="end with one JSON line: the per-method summary")
+    dm.add_argument("--workdir", help="work folder (default: the config's)")
+    dm.add_argument("--port", type=int, help="HTTP port of the Serve endpoint (default: the config's)")
+    dm.add_argument("--fresh", action="store_true", help="delete the work folder first instead of resuming")
+    dm.set_defaults(func=cmd_demo)
+
+    toy = sub.add_parser("toy", help="the built-in tiny reasoning teacher").add_subparsers(dest="toy_cmd", required=True)
+    b = toy.add_parser("build", help="train the toy teacher from scratch (fixed seed, ~14 min on 2 cores)")
+    b.add_argument("--out", help="output folder (default: the shipped teacher folder)")
+    b.add_argument("--config", help="BuildConfig JSON (default: the shipped recipe)")
+    b.add_argument("--steps", type=int, help="override the number of training steps")
+    b.set_defaults(func=cmd_toy_build)
+
+    e = toy.add_parser("eval", help="accuracy, think length and overthinking of the teacher")
+    e.add_argument("--n", type=int, default=200, help="number of held-out problems")
+    e.add_argument("--model", help="teacher folder (default: the shipped one)")
+    e.add_argument("--split", default="test", choices=["train", "dev", "test"])
+    e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--json", action="store_true", help="print one JSON object")
+    e.set_defaults(func=cmd_toy_eval)
+
+    d = toy.add_parser("demo", help="show the teacher thinking in transformers and vLLM, then evaluate it")
+    d.add_argument("--n", type=int, default=100)
+    d.add_argument("--json", action="store_true")
+    d.set_defaults(func=cmd_toy_demo)
+    t = toy.add_parser("train-draft", help="train the SpecExit draft (EAGLE-3 + signal rows) on teacher traces")
+    t.add_argument("--teacher", help="teacher folder (default: the shipped one)")
+    t.add_argument("--out", help="output folder (default: the shipped draft folder)")
+    t.add_argument("--config", help="DraftTrainConfig JSON (unknown keys are errors)")
+    t.add_argument("--steps", type=int)
+    t.set_defaults(func=cmd_toy_train_draft)
+
+    dr = sub.add_parser("draft", help="draft checkpoints").add_subparsers(dest="draft_cmd", required=True)
+    c = dr.add_parser("convert", help="stock EAGLE-3 <-> SpecExit checkpoint (adds zero signal rows / strips them)")
+    c.add_argument("src")
+    c.add_argument("dst")
+    g = c.add_mutually_exclusive_group(required=True)
+    g.add_argument("--add-signals", action="store_true", dest="add_signals")
+    g.add_argument("--strip-signals", action="store_false", dest="add_signals")
+    c.set_defaults(func=cmd_draft_convert)
+
+    be = sub.add_parser("bench", help="benchmarks (methods side by side, one run)").add_subparsers(
+        dest="bench_cmd", required=True)
+    bv = be.add_parser("vllm", help="EAGLE-3 only vs SpecExit inside vLLM on the toy test split")
+    bv.add_argument("--n", type=int, default=50)
+    bv.add_argument("--json", action="store_true")
+    bv.add_argument("--exit-config", help="calibrated exit JSON for the specexit method (e.g. examples/toy/calibrated.json); "
+                                          "default: the draft's defaults")
+    bv.set_defaults(func=cmd_bench_vllm)
+
+    ca = sub.add_parser("calibrate", help="pick exit thresholds on a dev split (fastest within an accuracy tolerance)")
+    ca.add_argument("--config", default="examples/toy/calibrate.yaml", help="CalibrateConfig YAML")
+    ca.add_argument("--output", help="calibrated JSON (default: the config's output)")
+    ca.add_argument("--n", type=int, help="number of dev problems (default: the config's)")
+    ca.add_argument("--json", action="store_true", help="print the result as one JSON line (the last line)")
+    ca.set_defaults(func=cmd_calibrate)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    args = build_parser().parse_args(argv)
+    _setup_logging(args.verbose)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

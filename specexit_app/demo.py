@@ -1,0 +1,225 @@
+"""`specexit demo`: the whole SpecExit loop on one machine, stage after stage, in one local Ray cluster.
+
+    traces (Ray Data + vLLM) -> labels (Ray Data + vLLM probes) -> draft (Ray Train)
+    -> calibration (dev split) -> SpecExit on Ray Serve (OpenAI endpoint, queried with `openai`)
+    -> evaluation of every method (Ray Data + vLLM) -> report (Markdown + PNG)
+
+Every stage is the standalone job (`python -m pipelines.<stage>`, `specexit calibrate`, `serve run`)
+called in-process with its config from `examples/toy/demo.yaml` pointed at one work folder. The
+last stdout line with `--json` is `{"methods": {name: {accuracy, think_tokens, latency_s,
+probe_requests}}}` for the greedy run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import time
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import Field, ValidationError
+
+from pipelines.common.config import ConfigError, _Strict, load_stage_config, resolve_path
+
+log = logging.getLogger("specexit.demo")
+DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "examples" / "toy" / "demo.yaml"
+SUMMARY_METHODS = ("plain", "eagle3", "specexit", "budget", "deer", "dynasor", "nothink", "oracle")
+SUMMARY_FIELDS = ("accuracy", "think_tokens", "latency_s", "probe_requests")
+
+
+class QuickOverrides(_Strict):
+    workdir: str | None = None
+    problems: int | None = Field(None, ge=2)
+    train_steps: int | None = Field(None, ge=1)
+    calibrate_problems: int | None = Field(None, ge=1)
+    serve_requests: int | None = Field(None, ge=1)
+    eval_problems: int | None = Field(None, ge=1)
+    temperatures: list[float] | None = None
+
+
+class DemoConfig(_Strict):
+    workdir: str = "runs/demo"
+    traces: str
+    labels: str
+    train_draft: str
+    calibrate: str
+    serve: str
+    evaluate: str
+    problems: int = Field(256, ge=2)
+    init_draft: Literal["stock", "scratch"] = "stock"
+    train_steps: int = Field(150, ge=1)
+    calibrate_problems: int = Field(60, ge=1)
+    serve_requests: int = Field(8, ge=1)
+    eval_problems: int = Field(100, ge=1)
+    temperatures: list[float] = Field(default_factory=lambda: [0.0, 0.6])
+    serve_port: int = Field(8000, ge=1, le=65535)
+    quick: QuickOverrides = Field(default_factory=QuickOverrides)
+
+
+def load_demo_config(path: str | Path | None = None, *, quick: bool = False, workdir: str | None = None,
+                     port: int | None = None) -> DemoConfig:
+    path = Path(path or DEFAULT_CONFIG)
+    d = yaml.safe_load(path.read_text())
+    if not isinstance(d, dict):
+        raise ConfigError(f"{path}: top level must be a mapping")
+    try:
+        cfg = DemoConfig.model_validate(d)
+    except ValidationError as e:
+        raise ConfigError(f"invalid demo config {path}:\n{e}") from None
+    if quick:
+        cfg = cfg.model_copy(update={k: v for k, v in cfg.quick.model_dump().items() if v is not None})
+    if workdir:
+        cfg.workdir = workdir
+    if port:
+        cfg.serve_port = port
+    root = Path(__file__).resolve().parents[1]  # stage configs are repo files: resolve them there
+    for name in ("traces", "labels", "train_draft", "calibrate", "serve", "evaluate"):
+        p = Path(getattr(cfg, name))
+        setattr(cfg, name, str(p if p.is_absolute() else root / p))
+    cfg.workdir = resolve_path(cfg.workdir)
+    return cfg
+
+
+def _yaml(path: str) -> dict:
+    return yaml.safe_load(Path(path).read_text())
+
+
+class Stages:
+    """The demo's stages; each returns a small dict that goes into `<workdir>/demo.json`."""
+
+    def __init__(self, cfg: DemoConfig):
+        self.cfg = cfg
+        self.wd = Path(cfg.workdir)
+        self.draft = str(self.wd / "draft")
+
+    def traces(self) -> dict:
+        from pipelines.traces.job import run
+
+        raw = _yaml(self.cfg.traces)
+        raw["input"] = {**raw.get("input", {}), "n": max(self.cfg.problems, raw.get("input", {}).get("n", 0))}
+        return run(load_stage_config("traces", None, raw=raw, output=str(self.wd / "traces"), limit=self.cfg.problems))
+
+    def labels(self) -> dict:
+        from pipelines.labels.job import run
+
+        return run(load_stage_config("labels", None, raw=_yaml(self.cfg.labels), input=str(self.wd / "traces"),
+                                     output=str(self.wd / "labels")))
+
+    def train_draft(self) -> dict:
+        from specexit_core.draft.checkpoint import convert
+        from specexit_core.toy.paths import DRAFT_DIR
+
+        from pipelines.train_draft.job import run
+
+        raw = _yaml(self.cfg.train_draft)
+        raw.update(steps=self.cfg.train_steps, run_name="demo-draft", storage_path=str(self.wd / "ray_train"))
+        if self.cfg.init_draft == "stock":
+            stock = self.wd / "stock_eagle3"  # the shipped head without its signal rows
+            if not (stock / "model.safetensors").exists():
+                convert(DRAFT_DIR, stock, add_signals=False)
+            raw["init_draft"] = str(stock)
+        return run(load_stage_config("train_draft", None, raw=raw, input=str(self.wd / "labels"), output=self.draft))
+
+    def calibrate(self) -> dict:
+        from pipelines.calibrate.job import run_calibration
+        from pipelines.evaluate.config import load_calibrate_config
+
+        raw = _yaml(self.cfg.calibrate)
+        raw["write_draft_defaults"] = True  # the served and evaluated draft then uses the chosen setting
+        ev = raw.setdefault("eval", {})
+        ev.update(draft=self.draft, output=str(self.wd / "calibrate" / "dev"))
+        ev["input"] = {**ev.get("input", {}), "n": self.cfg.calibrate_problems}
+        out = run_calibration(load_calibrate_config(raw=raw, output=str(self.wd / "calibrated.json")))
+        c = out["calibration"]
+        return {"exit": out["exit"], "eagle3": c["eagle3"], "oracle": c["oracle"], "chosen_replay": c["chosen_replay"],
+                "confirmed": c.get("confirmed")}
+
+    def serve(self) -> dict:
+        from specexit_app.demo_serve import serve_and_query
+
+        return serve_and_query(self.cfg.serve, draft=self.draft, port=self.cfg.serve_port,
+                               n=self.cfg.serve_requests, out=self.wd / "serve.json")
+
+    def evaluate(self) -> dict:
+        from pipelines.evaluate.config import load_eval_config
+        from pipelines.evaluate.job import run_evaluation
+        from pipelines.report.job import write_report
+
+        raw = _yaml(self.cfg.evaluate)
+        # the draft's exit_defaults are the calibrated setting (stage 4), so `specexit` = calibrated
+        raw.update(draft=self.draft, temperatures=self.cfg.temperatures, calibrated=None, specexit_exit=None,
+                   methods=list(SUMMARY_METHODS))
+        raw["input"] = {**raw.get("input", {}), "n": self.cfg.eval_problems}
+        summary = run_evaluation(load_eval_config(raw=raw, output=str(self.wd / "eval")))
+        summary["report"] = str(write_report(self.wd / "eval", self.wd / "report"))
+        return summary
+
+
+ORDER = ("traces", "labels", "train_draft", "calibrate", "serve", "evaluate")
+
+
+def run_demo(cfg: DemoConfig, *, fresh: bool = False) -> dict:
+    """Run every stage; returns {"methods": ..., "stages": {name: {seconds, ...}}, ...}."""
+    from pipelines.common.runtime import init_ray
+    from pipelines.common.config import RayConfig
+
+    if fresh:
+        shutil.rmtree(cfg.workdir, ignore_errors=True)
+    wd = Path(cfg.workdir)
+    wd.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    init_ray(RayConfig(num_cpus=8))
+    stages = Stages(cfg)
+    done: dict = {}
+    for i, name in enumerate(ORDER, 1):
+        log.info("[demo] stage %d/%d: %s ...", i, len(ORDER), name)
+        ts = time.time()
+        res = getattr(stages, name)()
+        secs = round(time.time() - ts, 1)
+        done[name] = {"seconds": secs, **_brief(name, res)}
+        log.info("[demo] stage %d/%d: %s done in %.0fs: %s", i, len(ORDER), name, secs, json.dumps(done[name]))
+        if name == "evaluate":
+            evaluation = res
+        elif not res.get("complete", True):
+            raise RuntimeError(f"demo: stage {name} did not complete: {json.dumps(res)[:2000]}")
+    summary = {
+        "methods": {m: {k: evaluation["methods"].get(m, {}).get(k) for k in SUMMARY_FIELDS}
+                    for m in SUMMARY_METHODS if m in evaluation["methods"]},
+        "temperature": evaluation["temperature"],
+        "by_temperature": {t: {m: {k: v.get(k) for k in SUMMARY_FIELDS} for m, v in d["methods"].items()}
+                           for t, d in evaluation["by_temperature"].items()},
+        "targets": evaluation["targets"],
+        "report": evaluation["report"],
+        "stages": done,
+        "seconds": round(time.time() - t0, 1),
+        "workdir": str(wd),
+    }
+    (wd / "demo.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def _brief(name: str, res: dict) -> dict:
+    keep = {"traces": ("input_rows", "ok", "errors", "rows_per_s"), "labels": ("input_rows", "ok", "errors"),
+            "train_draft": ("step", "loss", "resumed_from_steps"), "calibrate": ("exit",),
+            "serve": ("requests", "reasoning_separated", "think_tokens_off", "think_tokens_on", "exits"),
+            "evaluate": ("n", "ok", "errors", "complete")}[name]
+    return {k: res.get(k) for k in keep}
+
+
+def print_table(summary: dict) -> None:
+    print(f"\nSpecExit demo: {summary['seconds']:.0f}s; report: {summary['report']}")
+    print("stages: " + ", ".join(f"{k} {v['seconds']:.0f}s" for k, v in summary["stages"].items()))
+    for t, methods in summary["by_temperature"].items():
+        print(f"\nT = {t}")
+        print(f"{'method':10s} {'accuracy':>9s} {'think':>7s} {'latency ms':>11s} {'probes':>7s}")
+        for m, v in methods.items():
+            acc, think, lat, probes = (v.get(k) for k in SUMMARY_FIELDS)
+            print(f"{m:10s} {_f(acc, 3):>9s} {_f(think, 1):>7s} {_f(None if lat is None else 1000 * lat, 1):>11s} "
+                  f"{_f(probes, 1):>7s}")
+
+
+def _f(x, nd: int) -> str:
+    return "-" if x is None else f"{x:.{nd}f}"

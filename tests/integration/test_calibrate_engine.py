@@ -1,0 +1,53 @@
+"""`specexit calibrate` end to end on a few toy dev problems: offline replay, engine confirmation, a
+config file the plugin reads (SPECEXIT_EXIT_CONFIG and the draft's exit_defaults)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.vllm
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_calibrate_writes_a_config_the_plugin_reads(tmp_path, monkeypatch):
+    from specexit_core.exit_policy import ExitConfig
+    from specexit_core.toy.paths import DRAFT_DIR
+    from specexit_core.vllm_plugin.controls import request_exit_config, server_defaults
+
+    draft = tmp_path / "draft"
+    shutil.copytree(DRAFT_DIR, draft)
+    cfg = yaml.safe_load((ROOT / "examples/toy/calibrate.yaml").read_text())
+    cfg.update(output=str(tmp_path / "calibrated.json"), tolerance=0.0, write_draft_defaults=True,
+               methods=["confidence", "progress", "confidence_progress_remain"], alphas=[0.1, 0.3])
+    cfg["eval"].update(output=str(tmp_path / "dev"), draft=str(draft), batch_size=4)
+    cfg["eval"]["engine"]["model"] = str(ROOT / cfg["eval"]["engine"]["model"])
+    path = tmp_path / "calibrate.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    p = subprocess.run([sys.executable, "-m", "specexit_app.cli", "calibrate", "--config", str(path), "--n", "4",
+                        "--json"], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert p.returncode == 0, p.stderr[-4000:]
+    out = json.loads(p.stdout.strip().splitlines()[-1])  # --json: the last line
+    assert out == json.loads((tmp_path / "calibrated.json").read_text())
+    chosen = ExitConfig.from_dict(out["exit"])  # every field valid
+    c = out["calibration"]
+    assert c["n_traces"] == 4 and c["grid_size"] > 10
+    # the tolerance (0 here): never less accurate than EAGLE-3 on the dev split, in replay and for real
+    assert c["chosen_replay"]["accuracy"] >= c["eagle3"]["accuracy"] - 1e-9 and c["within_tolerance"]
+    assert c["chosen_replay"]["think_tokens"] <= c["default"]["think_tokens"] + 1e-9  # default is in the grid
+    conf = c["confirmed"]
+    assert conf["within_tolerance"]
+    assert conf["specexit"]["think_tokens"] == pytest.approx(c["chosen_replay"]["think_tokens"])  # greedy: same exits
+    # the plugin's readers accept it: SPECEXIT_EXIT_CONFIG (a path), the draft's exit_defaults, per request
+    monkeypatch.setenv("SPECEXIT_EXIT_CONFIG", str(tmp_path / "calibrated.json"))
+    assert server_defaults() == chosen
+    monkeypatch.delenv("SPECEXIT_EXIT_CONFIG")
+    spec = json.loads((draft / "config.json").read_text())["specexit"]
+    assert server_defaults(spec) == chosen
+    assert request_exit_config({"specexit": out["exit"]}, ExitConfig()) == chosen

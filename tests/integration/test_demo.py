@@ -1,0 +1,65 @@
+"""README's main command runs (small n): teacher eval + vLLM with the SpecExit draft, off vs on."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.vllm
+
+
+def test_toy_demo_json():
+    out = subprocess.run([sys.executable, "-m", "specexit_app.cli", "toy", "demo", "--n", "12", "--json"],
+                         capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    res = json.loads(out.stdout)
+    assert res["teacher"]["n"] == 12
+    assert set(res["vllm"]) == {"eagle3", "specexit"}
+    assert res["vllm"]["specexit"]["think_tokens"] < res["vllm"]["eagle3"]["think_tokens"]
+    assert res["think_token_reduction"] > 0.1
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_main_demo_quick(tmp_path):
+    """`specexit demo --quick --json`: every stage runs for real (Ray Data, Ray Train, Ray Serve, vLLM)
+    and the last line is the per-method summary of issue #7."""
+    from pathlib import Path
+
+    wd = tmp_path / "demo"
+    out = subprocess.run([sys.executable, "-m", "specexit_app.cli", "demo", "--quick", "--json", "--workdir", str(wd),
+                          "--port", str(_free_port())], capture_output=True, text=True, timeout=1500)
+    assert out.returncode == 0, out.stderr[-5000:]
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    names = {"plain", "eagle3", "specexit", "budget", "deer", "dynasor", "nothink", "oracle"}
+    assert set(res["methods"]) == names
+    for m in res["methods"].values():
+        assert set(m) == {"accuracy", "think_tokens", "latency_s", "probe_requests"}
+        assert 0 <= m["accuracy"] <= 1 and m["latency_s"] > 0
+    ms = res["methods"]
+    assert ms["nothink"]["think_tokens"] == 0
+    assert ms["deer"]["probe_requests"] > 0 and ms["dynasor"]["probe_requests"] > 0
+    assert ms["eagle3"]["probe_requests"] == 0 and ms["specexit"]["probe_requests"] == 0
+    assert ms["oracle"]["think_tokens"] <= ms["eagle3"]["think_tokens"]
+    # every stage ran and is accounted for
+    st = res["stages"]
+    assert list(st) == ["traces", "labels", "train_draft", "calibrate", "serve", "evaluate"]
+    assert st["traces"]["ok"] + st["traces"]["errors"] == st["traces"]["input_rows"] == 24
+    assert st["train_draft"]["step"] == 6
+    assert st["serve"]["requests"] == 4 and st["serve"]["reasoning_separated"]
+    assert st["evaluate"]["complete"] and st["evaluate"]["n"] == 6
+    # the draft the demo trained is what was served and evaluated; the report is there
+    draft = json.loads((wd / "draft" / "config.json").read_text())
+    assert draft["specexit"]["exit_defaults"] == st["calibrate"]["exit"]
+    report = Path(res["report"])
+    assert report.exists() and "| specexit |" in report.read_text()
+    for png in ("pareto.png", "latency.png", "signals.png"):
+        assert (report.parent / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "[demo] stage 6/6: evaluate done" in out.stderr  # progress is visible

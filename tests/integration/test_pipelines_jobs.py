@@ -1,0 +1,314 @@
+"""The three pipeline jobs for real: a Ray head on loopback, `ray job submit`, the vLLM CPU engine,
+the toy teacher. Outputs are read back and checked (schemas, label ranges, coverage), jobs are
+killed midway and resubmitted, a training worker is killed, the driver is rerun, and the exported
+draft is loaded by vLLM for EAGLE-3 speculative decoding.
+
+The tests share one cluster and run in file order (each stage reads the previous one's output).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from support.ray_head import LocalHead
+from pipelines.common.stage_cli import parse_summary
+from pipelines.common.parts import read_all
+from pipelines.common.schemas import LABELS, TRACES
+from specexit_core.toy.paths import TEACHER_DIR
+from specexit_core.toy.task import problems
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+N_GOOD = 24
+TEACHER = os.environ.get("SPECEXIT_TEST_TEACHER", str(TEACHER_DIR))
+
+
+class Cluster(LocalHead):
+    """A private Ray head (tests/support/ray_head.py) plus the `ray job` CLI calls these tests make."""
+
+    # -- jobs ---------------------------------------------------------------------------------
+    def _ray(self, *args, timeout=600):
+        return subprocess.run([str(BIN / "ray"), *args], env=self.env, capture_output=True, text=True,
+                              timeout=timeout, cwd=ROOT)
+
+    def submit(self, stage: str, config: Path, *extra: str, env_vars: dict | None = None, wait: bool = True,
+               job_id: str | None = None):
+        args = ["job", "submit", "--address", self.address, "--working-dir", ".",
+                "--runtime-env-json", json.dumps({"env_vars": env_vars or {}})]
+        if job_id:
+            args += ["--submission-id", job_id]
+        if not wait:
+            args.append("--no-wait")
+        args += ["--", "python", "-m", f"pipelines.{stage}", "--config", str(config), *extra]
+        for _ in range(12):
+            r = self._ray(*args)
+            # A fresh head's job agent registers a few seconds after `ray start` returns; under
+            # load that exceeds the job head's fixed 10 s wait. The job was not created: retry.
+            if r.returncode == 0 or "No available agent" not in r.stdout + r.stderr:
+                return r
+            time.sleep(5)
+        return r
+
+    def status(self, job_id: str) -> str:
+        """`ray job status` logs "Job 'x' succeeded" / "failed" / "was stopped" or
+        "Status for job 'x': RUNNING" (on stderr)."""
+        r = self._ray("job", "status", "--address", self.address, job_id, timeout=60)
+        out = (r.stdout + r.stderr).lower()
+        for word, s in (("succeeded", "SUCCEEDED"), ("failed", "FAILED"), ("was stopped", "STOPPED"),
+                        ("running", "RUNNING"), ("pending", "PENDING")):
+            if word in out:
+                return s
+        return out
+
+    def logs(self, job_id: str) -> str:
+        return self._ray("job", "logs", "--address", self.address, job_id, timeout=60).stdout
+
+    def wait(self, job_id: str, timeout: float = 600) -> str:
+        t0 = time.time()
+        while time.time() - t0 < timeout:
+            s = self.status(job_id)
+            if s in ("SUCCEEDED", "FAILED", "STOPPED"):
+                return s
+            time.sleep(2)
+        raise TimeoutError(job_id)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    if not (Path(TEACHER) / "config.json").exists():
+        pytest.skip(f"no toy teacher at {TEACHER} (run `specexit toy build`)")
+    c = Cluster()
+    c.start()
+    yield c
+    c.stop()
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory):
+    """Input prompts (toy problems + every kind of bad row) and chained configs."""
+    d = tmp_path_factory.mktemp("pipes")
+    rows = [{"id": f"p{i}", "prompt": p.prompt, "gold": str(p.answer)} for i, p in enumerate(problems("train", N_GOOD, seed=7))]
+    bad = [{"id": "empty", "prompt": "   ", "gold": "1"}, {"id": "number", "prompt": 123, "gold": "1"},
+           {"id": "long", "prompt": " ".join(["7"] * 600), "gold": "1"}, {"id": "noprompt", "question": "x"},
+           {"id": "p3", "prompt": "Compute from left to right : 1 + 2", "gold": "3"}]  # duplicate id
+    lines = [json.dumps(r) for r in rows[:10]] + [json.dumps(r) for r in bad] + [json.dumps(r) for r in rows[10:]]
+    (d / "prompts.jsonl").write_text("\n".join(lines) + "\n")
+    eng = {"model": TEACHER, "dtype": "float32", "enforce_eager": True, "max_model_len": 512, "max_num_seqs": 64}
+    cfgs = {
+        "traces": {"input": {"kind": "jsonl", "path": str(d / "prompts.jsonl"), "gold_column": "gold"},
+                   "output": str(d / "traces"), "chunk_rows": 4, "engine": {**eng, "batch_size": 4},
+                   "sampling": {"temperature": 0.6, "max_tokens": 400, "seed": 0}},
+        "labels": {"input": str(d / "traces"), "output": str(d / "labels"), "chunk_rows": 4, "grader": "toy",
+                   "probe_max_tokens": 6, "engine": {**eng, "batch_size": 4, "max_num_seqs": 128}},
+        "train_draft": {"input": str(d / "labels"), "output": str(d / "draft"), "target": TEACHER,
+                        "run_name": "t", "storage_path": str(d / "ray_train"), "num_workers": 2, "use_gpu": False,
+                        "aux_layer_ids": [1, 2, 3], "draft_vocab_size": 160, "steps": 30, "batch_size": 4,
+                        "warmup_steps": 5, "log_every": 5, "checkpoint_every": 5, "max_failures": 2},
+    }
+    for k, v in cfgs.items():
+        (d / f"{k}.yaml").write_text(json.dumps(v))  # JSON is YAML
+    return d
+
+
+def _ids(folder: Path) -> collections.Counter:
+    return collections.Counter(read_all(folder, ["id"]).column("id").to_pylist())
+
+
+def _expected_ids() -> set[str]:
+    return {f"p{i}" for i in range(N_GOOD)} | {"empty", "number", "long", "noprompt", "p3#dup1"}
+
+
+def test_traces_job_killed_midway_then_resubmitted(cluster, work):
+    out = work / "traces"
+    r = cluster.submit("traces", work / "traces.yaml", env_vars={"SPECEXIT_TEST_KILL_AFTER_PARTS": "1"})
+    assert r.returncode != 0, r.stdout[-3000:]  # the driver died (SIGKILL) midway
+    first = _ids(out)
+    assert 0 < len(first) < len(_expected_ids()) and max(first.values()) == 1, first
+    assert list(out.glob(".tmp-*"))  # the writer that died mid-commit left its temp file
+
+    r = cluster.submit("traces", work / "traces.yaml")
+    assert r.returncode == 0, r.stdout[-5000:] + r.stderr[-2000:]
+    s = parse_summary(r.stdout)
+    assert s["complete"] and s["input_rows"] == len(_expected_ids()) == s["ok"] + s["errors"]
+    assert s["skipped_already_done"] == len(first) and s["processed_this_run"] == len(_expected_ids()) - len(first)
+    ids = _ids(out)
+    assert set(ids) == _expected_ids() and max(ids.values()) == 1  # every id exactly once
+    assert not list(out.glob(".tmp-*"))
+    assert "MapBatches(vLLMEngineStageUDF)" in r.stdout  # Ray Data progress is visible in the job log
+
+    t = read_all(out)
+    assert t.schema == TRACES
+    rows = {r["id"]: r for r in t.to_pylist()}
+    assert rows["empty"]["error"] == "empty prompt" and rows["number"]["error"].startswith("prompt is not a string")
+    assert "maximum context length" in rows["long"]["error"] and rows["noprompt"]["error"] == "no 'prompt' field"
+    assert rows["p3#dup1"]["error"].startswith("duplicate id")
+    good = [rows[f"p{i}"] for i in range(N_GOOD)]
+    assert all(g["status"] == "ok" and g["num_completion_tokens"] == len(g["completion_token_ids"]) for g in good)
+    finished = [g for g in good if g["finished_think"]]
+    assert len(finished) >= N_GOOD - 2
+    correct = sum(g["answer"].split()[-2:-1] == [g["gold"]] for g in finished)  # "The answer is N ."
+    assert correct >= 0.6 * len(finished), [g["answer"] for g in finished]
+
+    r = cluster.submit("traces", work / "traces.yaml", "--limit", "5")  # first 5 rows, all done: a no-op
+    s = parse_summary(r.stdout)
+    assert r.returncode == 0 and s["complete"] and s["input_rows"] == 5 and s["processed_this_run"] == 0
+
+
+def test_labels_job_killed_midway_then_resubmitted(cluster, work):
+    out = work / "labels"
+    r = cluster.submit("labels", work / "labels.yaml", env_vars={"SPECEXIT_TEST_KILL_AFTER_PARTS": "1"})
+    assert r.returncode != 0, r.stdout[-3000:]
+    first = _ids(out)
+    assert 0 < len(first) < len(_expected_ids()) and max(first.values()) == 1, first
+    assert list(out.glob(".tmp-*"))
+    r = cluster.submit("labels", work / "labels.yaml")
+    assert r.returncode == 0, r.stdout[-5000:] + r.stderr[-2000:]
+    s = parse_summary(r.stdout)
+    assert s["complete"] and s["ok"] + s["errors"] == s["input_rows"] == len(_expected_ids())
+    ids = _ids(out)
+    assert set(ids) == _expected_ids() and max(ids.values()) == 1 and not list(out.glob(".tmp-*"))
+    assert s["skipped_already_done"] == len(first)
+
+    t = read_all(out)
+    assert t.schema == LABELS
+    rows = {r["id"]: r for r in t.to_pylist()}
+    assert rows["long"]["error"].startswith("trace error: engine:")
+    ok = [r for r in rows.values() if r["status"] == "ok"]
+    assert len(ok) >= N_GOOD - 2
+    traces = {r["id"]: r for r in read_all(work / "traces").to_pylist()}
+    for r in ok:
+        n = len(r["completion_token_ids"])
+        assert r["completion_token_ids"] == traces[r["id"]]["completion_token_ids"]
+        assert all(len(r[k]) == n for k in ("confidence", "progress", "remaining", "log_remaining", "mask"))
+        m = np.array(r["mask"])
+        assert m.sum() == r["think_end"] - r["think_start"] > 0
+        prog, rem = np.array(r["progress"]), np.array(r["remaining"])
+        assert np.all(np.diff(prog[m]) > 0) and math.isclose(prog[m][-1], 1.0) and rem[m][-1] == 0
+        assert np.all(prog[~m] == 0) and np.all(rem >= 0)
+        np.testing.assert_allclose(r["log_remaining"], np.log1p(rem), rtol=1e-5)
+        conf = np.array(r["confidence"])
+        assert np.all((conf >= 0) & (conf <= 1)) and np.all(conf[~m] == 0)
+        assert len(r["probe_outcomes"]) == len(r["boundaries"]) > 0
+        assert set(np.unique(conf[m])) <= set(r["probe_outcomes"]) | {0.0}
+    outcomes = [o for r in ok for o in r["probe_outcomes"]]
+    assert 0.1 < np.mean(outcomes) < 0.95  # early probes fail, late ones (overthinking) succeed
+    # the last probe of a correctly answered trace is almost always right already
+    assert np.mean([r["probe_outcomes"][-1] for r in ok if r["final_correct"]]) > 0.8
+
+
+def _events(work) -> list[dict]:
+    p = work / "ray_train" / "t" / "specexit_events.jsonl"
+    return [json.loads(x) for x in p.read_text().splitlines()] if p.exists() else []
+
+
+def _registered_checkpoint(run: Path) -> str | None:
+    try:
+        snap = json.loads((run / "checkpoint_manager_snapshot.json").read_text())
+    except (OSError, ValueError):
+        return None
+    latest = snap.get("latest_checkpoint_result")
+    return latest and latest.get("checkpoint_dir_name")
+
+
+def test_train_job_survives_a_killed_worker(cluster, work):
+    job = f"train-{os.getpid()}"
+    r = cluster.submit("train_draft", work / "train_draft.yaml", wait=False, job_id=job)
+    assert r.returncode == 0, r.stderr
+    run = work / "ray_train" / "t"
+    t0 = time.time()
+    # A checkpoint counts once the Ray Train controller has registered it (its snapshot on storage
+    # names it); one reported a moment before a crash may not be, and the run restarts earlier.
+    while _registered_checkpoint(run) is None:
+        assert time.time() - t0 < 300, cluster.logs(job)[-4000:]
+        time.sleep(0.25)
+    os.kill(int((run / "worker-1.pid").read_text()), signal.SIGKILL)  # a training worker dies mid-run
+    assert cluster.wait(job) == "SUCCEEDED", cluster.logs(job)[-6000:]
+    logs = cluster.logs(job)
+    s = parse_summary(logs)
+    starts = [e for e in _events(work) if e["event"] == "start"]
+    assert len(starts) == 2 and not starts[0]["resumed"] and starts[1]["resumed"] and starts[1]["step"] >= 5
+    assert s["complete"] and s["step"] == 30 and s["resumed_from_steps"] == [starts[1]["step"]]
+    for term in ("token_loss", "confidence_loss", "progress_loss", "remaining_loss", "acc_0", "w_confidence", "grad_norm"):
+        assert f"{term}=" in logs
+    draft = work / "draft"
+    assert (draft / "config.json").exists() and (draft / "model.safetensors").exists()
+
+
+def test_rerun_with_same_name_resumes_locally(work):
+    """No cluster address: the job starts its own local Ray; the run continues from step 30."""
+    cfg = json.loads((work / "train_draft.yaml").read_text())
+    cfg.update(steps=34, checkpoint_every=2, output=str(work / "draft2"))
+    (work / "train_more.yaml").write_text(json.dumps(cfg))
+    env = dict(os.environ, RAY_AUTH_MODE="disabled", HF_HUB_OFFLINE="1")
+    env.pop("RAY_ADDRESS", None)
+    r = subprocess.run([sys.executable, "-m", "pipelines.train_draft", "--config", str(work / "train_more.yaml")],
+                       env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+    s = parse_summary(r.stdout)
+    assert s["step"] == 34 and s["resumed_from_steps"][-1] == 30
+    assert "resuming from step 30" in r.stdout + r.stderr
+
+
+def _spec_greedy(draft_dir, prompts, eos, *extra_args):
+    """Greedy outputs of an EAGLE-3 engine, one list per `extra_args` (SamplingParams.extra_args)."""
+    from specexit_core.vllm_env import apply_cpu_defaults, toy_llm_kwargs
+
+    apply_cpu_defaults()
+    from vllm import LLM, SamplingParams
+
+    llm = LLM(**toy_llm_kwargs(TEACHER, speculative_config={"method": "eagle3", "model": str(draft_dir),
+                                                            "num_speculative_tokens": 3}))
+    res = []
+    try:
+        for x in extra_args or (None,):
+            outs = llm.generate([{"prompt_token_ids": p} for p in prompts],
+                                SamplingParams(temperature=0, max_tokens=200, extra_args=x), use_tqdm=False)
+            res.append([[t for t in o.outputs[0].token_ids if t != eos] for o in outs])
+    finally:
+        llm.llm_engine.engine_core.shutdown()
+    return res
+
+
+def test_exported_draft_runs_eagle3_in_vllm(work):
+    """The exported SpecExit draft in vLLM with EAGLE-3 speculative decoding, two ways: directly
+    through the SpecExit plugin, and stripped of its signal rows as a stock EAGLE-3 draft. Greedy
+    speculative decoding equals plain greedy decoding (plugin: with the exit off; with it on, up to
+    the exit point)."""
+    from specexit_core.draft.checkpoint import convert, load_draft
+    from specexit_core.toy.teacher_eval import prompt_ids
+    from specexit_core.toy.hf_generate import generate, load_teacher
+
+    draft = load_draft(work / "draft")
+    assert draft.cfg.signals and draft.cfg.aux_layer_ids == (1, 2, 3)
+    model, tok = load_teacher(TEACHER)
+    close = tok.convert_tokens_to_ids("</think>")
+    assert draft.cfg.token_ids == {"think_start": tok.convert_tokens_to_ids("<think>"), "think_end": close,
+                                   "split": [tok.convert_tokens_to_ids("\n\n")]}
+    prompts = [prompt_ids(tok, p) for p in problems("test", 4, seed=11)]
+    want = generate(model, tok, prompts, max_new_tokens=200)
+    try:
+        import specexit_core.vllm_plugin  # noqa: F401  (registered through the vllm.general_plugins entry point)
+        has_plugin = True
+    except ImportError:
+        has_plugin = False
+    if has_plugin:
+        off, on = _spec_greedy(work / "draft", prompts, tok.eos_token_id, {"specexit": False}, None)
+        assert off == want
+        for o, w in zip(on, want):
+            cut = o.index(close) if close in o else len(o)
+            assert o[:cut] == w[:cut]  # the exit only shortens the think segment
+    stock = convert(work / "draft", work / "draft_stock", add_signals=False)
+    assert _spec_greedy(stock, prompts, tok.eos_token_id)[0] == want

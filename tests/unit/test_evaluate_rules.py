@@ -1,0 +1,129 @@
+"""Pure-function tests of the evaluation: DEER / Dynasor / oracle rules, aggregation, replay, configs."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from pipelines.calibrate.job import first_exit, grid, smoothed_at_breaks
+from pipelines.evaluate.config import CalibrateConfig, EvalConfig, load_eval_config
+from pipelines.evaluate.rules import (best_setting, count_think_answer, deer_confidence, deer_should_exit,
+                                  dynasor_should_exit, hedges, oracle_cut)
+from pipelines.evaluate.job import aggregate, target_checks, tally_problems
+from pipelines.report.job import pareto_front
+from specexit_core.exit_policy import ExitConfig, decide
+
+
+def test_deer_confidence_means():
+    lps = [math.log(0.5), math.log(0.9), math.log(1.0)]
+    assert deer_confidence(lps, skip_first=True) == pytest.approx(0.95)
+    assert deer_confidence(lps, skip_first=False) == pytest.approx((0.5 + 0.9 + 1.0) / 3)
+    assert deer_confidence(lps, skip_first=True, mean="geometric") == pytest.approx(math.sqrt(0.9))
+    assert deer_confidence([math.log(0.3)], skip_first=True) == 0.0  # nothing left after skipping
+    assert deer_should_exit([0.0, math.log(0.99)], threshold=0.95)
+    assert not deer_should_exit([0.0, math.log(0.9)], threshold=0.95)
+    assert not deer_should_exit([math.log(0.96)], threshold=0.95, skip_first=True)  # only the skipped token
+    with pytest.raises(ValueError):
+        deer_confidence([0.0], mean="harmonic")
+
+
+def test_dynasor_rule():
+    hw = ["wait", "hmm"]
+    assert not dynasor_should_exit(["5", "5"], ["5", "5"], window=3, hedge_words=hw)  # too few
+    assert dynasor_should_exit(["7", "5", "5", "5"], ["", "5 .", "5 .", "5 ."], window=3, hedge_words=hw)
+    assert not dynasor_should_exit(["5", "6", "5"], ["5", "6", "5"], window=3, hedge_words=hw)  # disagree
+    assert not dynasor_should_exit(["5", None, "5"], ["5", "", "5"], window=3, hedge_words=hw)  # empty
+    assert not dynasor_should_exit(["5", "5", "5"], ["5", "Wait 5", "5"], window=3, hedge_words=hw)  # hedge
+    assert hedges("Hmm, 5", hw) and not hedges("awaiting 5", hw)  # whole words only
+
+
+def test_oracle_cut():
+    # breaks at 3, 7, 11; forced answers wrong, right, right -> exit after 7
+    assert oracle_cut([3, 7, 11], [False, True, True], True, 15) == 8
+    assert oracle_cut([3, 7, 11], [True, False, True], True, 15) == 12  # must *stay* right
+    assert oracle_cut([3, 7, 11], [True, True, False], True, 15) == 15  # no break qualifies: natural end
+    assert oracle_cut([3], [True], False, 15) is None  # wrong final answer: nothing to cut
+    with pytest.raises(ValueError):
+        oracle_cut([3], [], True, 5)
+
+
+def test_count_think_answer():
+    E, S = 9, 8
+    assert count_think_answer([1, 2, 3, E, 4, 5], think_end_id=E, think_start_id=S, prompt_opened_think=True) == (3, 2)
+    assert count_think_answer([4, 5], think_end_id=E, think_start_id=S, prompt_opened_think=False) == (0, 2)
+    assert count_think_answer([S, 1, E, 4], think_end_id=E, think_start_id=S, prompt_opened_think=False) == (1, 1)
+    assert count_think_answer([1, 2], think_end_id=E, think_start_id=S, prompt_opened_think=True) == (2, 0)
+
+
+def test_best_setting():
+    pts = [{"accuracy": 0.9, "think_tokens": 10}, {"accuracy": 0.95, "think_tokens": 30},
+           {"accuracy": 0.99, "think_tokens": 50}]
+    assert best_setting(pts, ref_accuracy=1.0, tolerance=0.01)["think_tokens"] == 50
+    assert best_setting(pts, ref_accuracy=1.0, tolerance=0.05)["think_tokens"] == 30
+    assert best_setting(pts, ref_accuracy=1.0, tolerance=0.0)["think_tokens"] == 50  # none: most accurate
+    assert best_setting([], ref_accuracy=1.0, tolerance=0.0) is None
+
+
+def _row(pid, m, correct, think, lat, setting="", status="ok", drafts=10, acc=20, t=0.0):
+    return dict(problem_id=pid, method=m, setting=setting, temperature=t, status=status, correct=correct,
+                think_tokens=think, answer_tokens=5, latency_s=lat, requests=1, probe_requests=0,
+                num_drafts=drafts, num_accepted=acc, info="{}")
+
+
+def test_aggregate_targets_and_tally():
+    rows = []
+    for i in range(4):
+        rows += [_row(f"p{i}", "eagle3", True, 100, 1.0), _row(f"p{i}", "specexit", True, 40, 0.4),
+                 _row(f"p{i}", "oracle", True, 35, 0.35), _row(f"p{i}", "deer", True, 40, 0.9),
+                 _row(f"p{i}", "budget", i > 0, 30, 0.3, "32"), _row(f"p{i}", "budget", True, 60, 0.6, "64")]
+    rows.append(_row("bad", None, None, None, None, status="error"))
+    by_t = aggregate(rows, tolerance=0.01)
+    d = by_t["0"]
+    assert d["methods"]["eagle3"]["acceptance_length"] == pytest.approx(3.0)
+    assert d["methods"]["budget"]["setting"] == 64  # 32 loses 25 points
+    assert [p["setting"] for p in d["sweeps"]["budget"]] == [32, 64]
+    chk = target_checks(d["methods"])
+    assert chk["think_within_1.25x_oracle"]["pass"] and chk["speedup_vs_eagle3"]["pass"]
+    assert chk["think_reduction_vs_eagle3"]["pass"] and chk["faster_than_deer_at_equal_or_better_accuracy"]["pass"]
+    tal = tally_problems(rows, [f"p{i}" for i in range(4)] + ["bad", "lost"])
+    assert tal == {"input_rows": 6, "ok": 4, "errors": 1, "missing": 1, "complete": False}
+
+
+def test_replay_matches_decide():
+    """The calibration replay takes exactly the decision the engines take (exit_policy.decide)."""
+    rng = random.Random(0)
+    split, ts, te = {5}, 100, 101
+    for _ in range(30):
+        comp = [rng.choice([1, 2, 3, 5]) for _ in range(rng.randint(5, 60))] + [te, 7, 8]
+        sigs = [(rng.random(), rng.random(), rng.random() * 100) for _ in comp]
+        for cfg in [ExitConfig(), ExitConfig(method="progress", progress_threshold=0.5, alpha=0.3),
+                    ExitConfig(method="confidence_remain", confidence_threshold=0.55, remaining_threshold=60, alpha=0.5)]:
+            want = decide(comp, sigs, cfg, split_token_ids=split, think_start_id=ts, think_end_id=te)
+            breaks = smoothed_at_breaks(comp, sigs, alpha=cfg.alpha, split_ids=split, think_start_id=ts, think_end_id=te)
+            got = first_exit(breaks, cfg)
+            assert got == (want.index if want else None)
+
+
+def test_grid_dedupes_unused_thresholds():
+    cfg = CalibrateConfig(output="x.json", eval=EvalConfig(output="o", engine={"model": "m"}, draft="d"),
+                          methods=["progress"], alphas=[0.1, 0.3])
+    g = grid(cfg)
+    assert len(g) == len(cfg.progress_thresholds) * 2
+    assert all(e.method == "progress" for e in g)
+
+
+def test_eval_config_validation(tmp_path):
+    with pytest.raises(Exception, match="unknown method"):
+        EvalConfig(output="o", engine={"model": "m"}, draft="d", methods=["eagle3", "magic"])
+    with pytest.raises(Exception, match="extra"):
+        EvalConfig(output="o", engine={"model": "m"}, draft="d", typo=1)
+    c = EvalConfig(output="o", engine={"model": "m"}, draft="d", methods=["oracle", "plain"])
+    assert c.run_methods() == ["plain", "eagle3", "oracle"]  # the oracle needs the eagle3 trace
+    cfg = load_eval_config("examples/toy/evaluate.yaml", output=str(tmp_path / "x"), limit=3)
+    assert cfg.limit == 3 and cfg.output == str(tmp_path / "x") and cfg.draft.startswith("/")
+
+
+def test_pareto_front():
+    assert pareto_front([(10, 50), (20, 40), (30, 90), (5, 10), (30, 80)]) == [(5, 10), (10, 50), (30, 90)]

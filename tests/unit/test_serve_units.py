@@ -1,0 +1,223 @@
+"""Fast tests of the Serve app's own layers (config, auth, overload/failure mapping, telemetry join),
+with fakes in place of Ray Serve and vLLM. The real thing: tests/test_serve_app.py."""
+
+import asyncio
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+from pydantic import ValidationError
+
+from serve_app.config import AppArgs, load_args
+
+ROOT = Path(__file__).resolve().parents[2]
+TOY = {"model": {"id": "m", "source": "toy:teacher", "draft": "toy:draft", "accelerator": "cpu"}}
+
+
+def yaml_args(name: str) -> dict:
+    cfg = yaml.safe_load((ROOT / "serve_app" / name).read_text())
+    assert {"applications", "http_options"} <= set(cfg)
+    (app,) = cfg["applications"]
+    assert app["import_path"] == "serve_app.app:build_app"
+    return app["args"]
+
+
+# -- config ------------------------------------------------------------------------------------------
+def test_toy_cpu_yaml():
+    from serve_app.app import llm_config
+
+    a = load_args(yaml_args("toy_cpu.yaml"))
+    assert a.model.id == "specexit-toy" and Path(a.model.source).is_dir() and Path(a.model.draft).is_dir()
+    cfg = llm_config(a)
+    dc = cfg.deployment_config
+    assert dc["max_ongoing_requests"] == 32 and dc["max_queued_requests"] == 64
+    assert dc["autoscaling_config"]["target_ongoing_requests"] == 16
+    assert cfg.placement_group_config["bundles"] == [{"CPU": 1}]
+    assert cfg.engine_kwargs["speculative_config"]["model"] == a.model.draft
+    assert cfg.engine_kwargs["reasoning_parser"] == "qwen3"
+    http = yaml.safe_load((ROOT / "serve_app" / "toy_cpu.yaml").read_text())["http_options"]
+    assert (http["host"], http["port"]) == ("127.0.0.1", 8000)
+
+
+def test_gpu_tp2_yaml():
+    from serve_app.app import llm_config
+
+    a = load_args(yaml_args("gpu_tp2.yaml"))
+    assert a.model.tensor_parallel_size == 2 and a.model.accelerator == "gpu" and a.auth.enabled
+    cfg = llm_config(a)
+    assert cfg.engine_kwargs["tensor_parallel_size"] == 2
+    assert cfg.placement_group_config == {"bundle_per_worker": {"GPU": 1, "CPU": 1}, "strategy": "STRICT_PACK"}
+    assert cfg.deployment_config["autoscaling_config"]["max_replicas"] == 4
+    assert "SPECEXIT_EXIT_CONFIG" in cfg.runtime_env["env_vars"]
+
+
+@pytest.mark.parametrize("patch,needle", [
+    ({"modle": {}}, "modle"),
+    ({"model": {**TOY["model"], "tp": 2}}, "tp"),
+    ({"autoscaling": {"min_replicas": 1, "max_replica": 3}}, "max_replica"),
+    ({"autoscaling": {"min_replicas": 3, "max_replicas": 1}}, "min_replicas"),
+    ({"backpressure": {"max_ongoing_requests": 0}}, "max_ongoing_requests"),
+    ({"backpressure": {"overload_status": 500}}, "overload_status"),
+    ({"auth": {"enabled": True, "api_keys_env": None}}, "api_keys"),
+    ({"auth": {"enabled": True, "api_key": "sk-in-yaml"}}, "api_key"),
+    ({"specexit": {"exit_defaults": {"confidence_treshold": 0.9}}}, "confidence_treshold"),
+    ({"specexit": {"exit_defaults": {"confidence_threshold": 3}}}, "confidence_threshold"),
+    ({"model": {**TOY["model"], "engine_kwargs": {"max_num_seq": 4}}}, "max_num_seq"),
+    ({"model": {**TOY["model"], "engine_kwargs": {"tensor_parallel_size": 2}}}, "tensor_parallel_size"),
+    ({"model": {**TOY["model"], "source": "toy:nope"}}, "toy:nope"),
+])
+def test_unknown_or_bad_keys_fail_early(patch, needle):
+    with pytest.raises(ValidationError) as e:
+        load_args({**TOY, **patch})
+    assert needle in str(e.value)
+
+
+# -- auth --------------------------------------------------------------------------------------------
+async def _ok_app(scope, receive, send):
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": b"ok"})
+
+
+def test_auth_middleware(tmp_path, monkeypatch, caplog):
+    from serve_app.auth import BearerAuthMiddleware
+
+    keys = tmp_path / "keys"
+    keys.write_text("# comment\nsk-file-1\n")
+    monkeypatch.setenv("T_KEYS", "sk-env-1, sk-env-2")
+    app = BearerAuthMiddleware(_ok_app, env_name="T_KEYS", file=str(keys))
+
+    async def go():
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+            out = [(await c.get("/v1/models")).status_code]
+            for k in ("sk-file-1", "sk-env-2", "sk-wrong", ""):
+                out.append((await c.get("/v1/models", headers={"Authorization": f"Bearer {k}"})).status_code)
+            out.append((await c.get("/v1/models", headers={"Authorization": "Basic sk-file-1"})).status_code)
+            out.append((await c.get("/-/healthz")).status_code)
+            keys.write_text("sk-file-2\n")  # rotation: the file is re-read when it changes
+            import os
+            os.utime(keys, (1, 1))
+            out.append((await c.get("/v1/models", headers={"Authorization": "Bearer sk-file-2"})).status_code)
+            out.append((await c.get("/v1/models", headers={"Authorization": "Bearer sk-file-1"})).status_code)
+            r = await c.get("/v1/models", headers={"Authorization": "Bearer sk-wrong"})
+            return out, r
+
+    caplog.set_level("DEBUG")
+    out, r = asyncio.run(go())
+    assert out == [401, 200, 200, 401, 401, 401, 200, 200, 401]
+    assert r.headers["www-authenticate"] == "Bearer" and r.json()["error"]["type"] == "authentication_error"
+    assert "sk-" not in caplog.text  # keys never reach the logs
+
+
+# -- ingress: overload and failure answers --------------------------------------------------------------
+def _ingress(**kw):
+    from serve_app.ingress import SpecExitIngress
+
+    return SpecExitIngress({"m": object()}, {"m": object()}, **kw)
+
+
+def _gen_raising(exc):
+    async def gen(**_):
+        raise exc
+        yield  # pragma: no cover
+
+    return gen
+
+
+@pytest.mark.parametrize("exc,status", [
+    ("backpressure", 429),
+    ("actor_died", 503),
+])
+def test_ingress_maps_overload_and_dead_replicas(exc, status):
+    from ray.exceptions import ActorDiedError
+    from ray.serve.exceptions import BackPressureError
+
+    ing = _ingress(retry_after_s=3)
+    ing._get_response = _gen_raising(BackPressureError(num_queued_requests=9, max_queued_requests=8)
+                                     if exc == "backpressure" else ActorDiedError())
+    r = asyncio.run(ing._process_llm_request(object(), "chat"))
+    assert r.status_code == status and r.headers["retry-after"] == "3"
+    assert json.loads(r.body)["error"]["code"] == status
+
+
+def test_ingress_timeout_and_stream_deadline():
+    ing = _ingress(request_timeout_s=0.3, retry_after_s=1)
+
+    async def slow(**_):
+        await asyncio.sleep(5)
+        yield "never"
+
+    ing._get_response = slow
+    r = asyncio.run(ing._process_llm_request(object(), "chat"))
+    assert r.status_code == 503 and "timed out" in json.loads(r.body)["error"]["message"]
+
+    async def trickle(**_):
+        yield ["data: {\"choices\": []}\n\n"]
+        await asyncio.sleep(5)
+        yield ["data: late\n\n"]
+
+    ing._get_response = trickle
+
+    async def consume():
+        resp = await ing._process_llm_request(object(), "chat")
+        return [chunk async for chunk in resp.body_iterator]
+
+    chunks = asyncio.run(consume())
+    assert chunks[0].startswith("data: {") and "timed out" in chunks[-1] and "late" not in "".join(chunks)
+
+
+# -- telemetry join ------------------------------------------------------------------------------------------
+def test_split_internal_id():
+    from serve_app.telemetry import split_internal_id
+
+    assert split_internal_id("chatcmpl-abc-1234abcd") == ("chatcmpl-abc", 0)
+    assert split_internal_id("2_chatcmpl-abc-1234abcd") == ("chatcmpl-abc", 2)
+    assert split_internal_id("cmpl-abc-0-1234abcd") == ("cmpl-abc-0", 0)
+
+
+def test_exit_event_index_reads_incrementally(tmp_path):
+    from serve_app.telemetry import ExitEventIndex, choice_telemetry, usage_block
+
+    idx = ExitEventIndex(tmp_path)
+    f = tmp_path / "exits-1.jsonl"
+    ev = {"req_id": "chatcmpl-a-12345678", "exit_index": 5, "reason": "signals", "think_tokens": 6,
+          "smoothed": {"confidence": 0.9, "progress": 0.5, "remaining": 33.6}}
+    f.write_text(json.dumps(ev) + "\n" + '{"req_id": "chatcmpl-b')  # second line still being written
+    assert idx.pop("chatcmpl-b") is None
+    got = idx.pop("chatcmpl-a")
+    assert got["exit_index"] == 5 and idx.pop("chatcmpl-a") is None  # consumed once
+    with open(f, "a") as fh:
+        fh.write('-12345678", "exit_index": 1, "reason": "max_think_tokens", "think_tokens": 2, "smoothed": {}}\n')
+    assert idx.pop("chatcmpl-b")["reason"] == "max_think_tokens"
+    c = choice_telemetry([7, 8, 5, 269, 9], 269, got)
+    assert c == {"think_tokens": 3, "exited": True, "exit_index": 5, "exit_reason": "signals",
+                 "saved_tokens_estimate": 34, "signals": ev["smoothed"]}
+    u = usage_block(True, [c, choice_telemetry([1, 2], 269, None)])
+    assert u["think_tokens"] == 5 and u["exited"] and len(u["choices"]) == 2 and u["exit_index"] is None
+
+
+def test_stream_rewriter():
+    from serve_app.engine import _StreamRewriter
+    from serve_app.telemetry import ExitEventIndex
+
+    class Eng:
+        _think_end_id = 269
+        _events = None
+
+    from serve_app.engine import SpecExitVLLMEngine
+
+    Eng._telemetry = SpecExitVLLMEngine._telemetry
+    rw = _StreamRewriter(Eng(), want_ids=False, enabled=True, n=None)
+    a = rw.rewrite('data: {"id": "c1", "prompt_token_ids": [1], "choices": [{"index": 0, "delta": '
+                   '{"reasoning": "7 +"}, "token_ids": [10, 11]}]}\n\n')
+    b = rw.rewrite('data: {"id": "c1", "choices": [{"index": 0, "delta": {"content": "x"}, "token_ids": [269, 3]}]}'
+                   '\n\ndata: {"id": "c1", "choices": [], "usage": {"completion_tokens": 4}}\n\ndata: [DONE]\n\n')
+    ea = json.loads(a[6:])
+    assert "prompt_token_ids" not in ea and "token_ids" not in ea["choices"][0]
+    assert ea["choices"][0]["delta"]["reasoning_content"] == "7 +"
+    events = [e for e in b.split("\n\n") if e]
+    assert events[-1] == "data: [DONE]"
+    usage = json.loads(events[1][6:])["usage"]
+    assert usage["specexit"]["think_tokens"] == 2 and usage["specexit"]["exited"] is False
+    assert ExitEventIndex  # imported for the type only
