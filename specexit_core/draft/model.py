@@ -44,6 +44,15 @@ def rope(x: torch.Tensor, pos: torch.Tensor, theta: float) -> torch.Tensor:
     return x * cos + torch.cat([-x2, x1], -1) * sin
 
 
+def autocast_input(x: torch.Tensor) -> torch.Tensor:
+    """Under autocast every Linear casts its input anew and keeps that copy for backward; casting
+    once before q/k/v (or gate/up) lets them share one low-precision copy. A no-op otherwise."""
+    dev = x.device.type
+    if torch.is_autocast_enabled(dev):
+        return x.to(torch.get_autocast_dtype(dev))
+    return x
+
+
 class Attention(nn.Module):
     def __init__(self, cfg: DraftConfig):
         super().__init__()
@@ -55,14 +64,17 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(nh * hd, h, bias=False)
 
     def qkv(self, x: torch.Tensor, pos: torch.Tensor):
-        """x [B, T, 2H] -> q [B, nh, T, d], k/v [B, nh, T, d] (kv heads repeated for GQA)."""
+        """x [B, T, 2H] -> q [B, nh, T, d], k/v [B, nkv, T, d] (`repeat_kv` spreads them over the q heads)."""
         b, t, _ = x.shape
+        x = autocast_input(x)
         q = self.q_proj(x).view(b, t, self.nh, self.hd).transpose(1, 2)
         k = self.k_proj(x).view(b, t, self.nkv, self.hd).transpose(1, 2)
         v = self.v_proj(x).view(b, t, self.nkv, self.hd).transpose(1, 2)
-        q, k = rope(q, pos, self.theta), rope(k, pos, self.theta)
-        rep = self.nh // self.nkv
-        return q, k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
+        return rope(q, pos, self.theta), rope(k, pos, self.theta), v
+
+    def repeat_kv(self, kv: torch.Tensor) -> torch.Tensor:
+        """[B, nkv, T, d] -> [B, nh, T, d] (GQA: each kv head serves nh / nkv query heads)."""
+        return kv.repeat_interleave(self.nh // self.nkv, 1)
 
     def out(self, o: torch.Tensor) -> torch.Tensor:
         b, _, t, _ = o.shape
@@ -77,6 +89,7 @@ class MLP(nn.Module):
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
 
     def forward(self, x):
+        x = autocast_input(x)
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
@@ -111,18 +124,26 @@ class SpecExitDraft(nn.Module):
         return y[..., : self.cfg.hidden_size], y[..., self.cfg.hidden_size :]
 
     def pre_attn(self, input_ids, hidden, pos):
-        """Returns q, k, v and the residual of the single decoder layer."""
+        """Returns q [B, nh, T, d], k/v [B, nkv, T, d] and the residual of the single decoder layer."""
         layer = self.midlayer
         x = torch.cat([layer.input_layernorm(self.embed_tokens(input_ids)), layer.hidden_norm(hidden)], -1)
         q, k, v = layer.self_attn.qkv(x, pos)
         return q, k, v, hidden
 
-    def post_attn(self, attn_out, residual):
-        """Attention output [B, nh, T, d] -> (draft-vocab logits, pre-norm hidden for the next step)."""
+    def block_out(self, attn_out, residual):
+        """Attention output [B, nh, T, d] -> the layer's pre-norm output (the next step's hidden)."""
         layer = self.midlayer
         residual = layer.self_attn.out(attn_out) + residual
-        prenorm = layer.mlp(layer.post_attention_layernorm(residual)) + residual
-        return self.lm_head(self.norm(prenorm)), prenorm
+        return layer.mlp(layer.post_attention_layernorm(residual)) + residual
+
+    def head(self, prenorm):
+        """Pre-norm hidden -> draft-vocab logits."""
+        return self.lm_head(self.norm(prenorm))
+
+    def post_attn(self, attn_out, residual):
+        """Attention output [B, nh, T, d] -> (draft-vocab logits, pre-norm hidden for the next step)."""
+        prenorm = self.block_out(attn_out, residual)
+        return self.head(prenorm), prenorm
 
     # -- vocab mapping -------------------------------------------------------------------------
     def draft_to_target(self, draft_ids: torch.Tensor) -> torch.Tensor:
@@ -146,14 +167,15 @@ class SpecExitDraft(nn.Module):
         past = k_all.shape[2] - k.shape[2]
         t = q.shape[2]
         mask = torch.ones(t, past + t, dtype=torch.bool, device=q.device).tril(past)
-        o = F.scaled_dot_product_attention(q, k_all, v_all, attn_mask=mask)
+        attn = self.midlayer.self_attn
+        o = F.scaled_dot_product_attention(q, attn.repeat_kv(k_all), attn.repeat_kv(v_all), attn_mask=mask)
         cache.k, cache.v = k_all, v_all
         logits, prenorm = self.post_attn(o, res)
         return logits, prenorm, cache
 
 
 class DraftKV:
-    """Draft KV cache of one sequence batch: [B, nh, S, d]; `crop(n)` drops speculative entries."""
+    """Draft KV cache of one sequence batch: [B, nkv, S, d]; `crop(n)` drops speculative entries."""
 
     def __init__(self):
         self.k: torch.Tensor | None = None

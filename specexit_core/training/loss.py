@@ -5,7 +5,8 @@ fused features at j = 0, its own pre-norm output of step j-1 afterwards -- at Ro
 and must predict x_{t+j+2}, i.e. match the target's distribution at position t+j+1 restricted to
 the draft vocab. Its attention sees what it would see at inference: step-0 keys of indices <= t
 (real target features) plus the keys of steps 1..j at index t (its own earlier drafts).
-Step j is weighted 0.8^j.
+Step j is weighted 0.8^j. The attention runs in fused kernels (`ttt_attention.py`); the draft-vocab
+logits exist a chunk of positions at a time.
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 from specexit_core.draft.model import SpecExitDraft
+from specexit_core.training.ttt_attention import ttt_step_attention
 
 
 @dataclass(frozen=True)
@@ -26,89 +29,121 @@ class LossConfig:
     step_decay: float = 0.8
     weighting: str = "uncertainty"  # "uncertainty" (learned log-variances) | "ratio" | "fixed"
     signal_weight: float = 1.0  # for "fixed"
+    # Recompute each unroll step's decoder layer and each loss chunk during backward instead of
+    # keeping their activations: activation memory of about one step instead of `unroll` steps, for
+    # one more forward of the draft layer and head (see specexit_core/training/memory.py).
+    recompute: bool = False
+    # Draft-vocab logits (with their softmax and log-softmax) exist for this many positions at a
+    # time; over a 32k draft vocab that is ~24 bytes x 32k x 2048 = 1.6 GB per chunk.
+    loss_chunk_tokens: int = 2048
 
     def __post_init__(self):
         if self.unroll < 1:
             raise ValueError("unroll must be >= 1")
         if self.weighting not in ("uncertainty", "ratio", "fixed"):
             raise ValueError(f"weighting must be uncertainty|ratio|fixed, got {self.weighting!r}")
+        if self.loss_chunk_tokens < 1:
+            raise ValueError("loss_chunk_tokens must be >= 1")
 
 
-def ttt_unroll(draft: SpecExitDraft, aux, input_ids, unroll: int):
-    """Yields (j, draft-vocab logits [B, n, N] of step j, token position t+j+1 per index [n]).
+def _maybe_checkpoint(recompute: bool, fn, *args):
+    if recompute:
+        return checkpoint(fn, *args, use_reentrant=False, preserve_rng_state=False)
+    return fn(*args)
+
+
+def _unroll_step(draft: SpecExitDraft, step_ids, hidden, pos, *kv):
+    """One TTT step -> (pre-norm hidden, k, v). `kv` holds what earlier steps returned: step 0's
+    keys/values with their heads repeated (the causal block every later step attends to), then each
+    later step's own [B, nkv, n, d] keys/values (the diagonal entries)."""
+    attn = draft.midlayer.self_attn
+    scale = 1.0 / math.sqrt(draft.cfg.head_dim)
+    q, k, v, res = draft.pre_attn(step_ids, hidden, pos)
+    if not kv:
+        k, v = attn.repeat_kv(k), attn.repeat_kv(v)
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
+    else:
+        o = ttt_step_attention(q, kv[0], kv[1], [*kv[2::2], k], [*kv[3::2], v], scale)
+    return draft.block_out(o, res), k, v
+
+
+def ttt_unroll(draft: SpecExitDraft, aux, input_ids, unroll: int, *, hidden=None, recompute: bool = False):
+    """Yields (j, pre-norm hidden [B, n, H] of step j, token position t+j+1 per index [n]);
+    `draft.head(hidden)` gives step j's draft-vocab logits.
 
     Index t runs over 0..T-2. Step j's attention: step-0 keys at indices <= t, plus the keys of
     steps 1..j at index t -- exactly the cache the draft sees at inference after j drafted tokens.
+    `hidden`: `draft.fuse(aux)[0]` when the caller has it already.
     """
     b, t_len = input_ids.shape
     n = t_len - 1
     if n < 1:
         raise ValueError("sequences must have at least 2 tokens")
-    dev = input_ids.device
-    idx = torch.arange(n, device=dev)
-    hidden, _ = draft.fuse(aux[:, :n])
-    causal = idx[None, :] <= idx[:, None]  # [query, key]
-    scale = 1.0 / math.sqrt(draft.cfg.head_dim)
-    k0 = v0 = None
-    diag_k: list[torch.Tensor] = []
-    diag_v: list[torch.Tensor] = []
+    idx = torch.arange(n, device=input_ids.device)
+    if hidden is None:
+        hidden, _ = draft.fuse(aux)
+    hidden = hidden[:, :n]
+    kv: tuple[torch.Tensor, ...] = ()
     for j in range(min(unroll, n)):
         tok_pos = idx + j + 1  # token fed at index t: x_{t+j+1}
         step_ids = input_ids[:, tok_pos.clamp(max=t_len - 1)]
         pos = (idx + j)[None].expand(b, n)
-        q, k, v, res = draft.pre_attn(step_ids, hidden, pos)
-        if j == 0:
-            k0, v0 = k, v
-            o = F.scaled_dot_product_attention(q, k, v, attn_mask=causal)
-        else:
-            diag_k.append(k)
-            diag_v.append(v)
-            s0 = ((q @ k0.transpose(-1, -2)) * scale).masked_fill(~causal, float("-inf"))
-            sd = [(q * kd).sum(-1, keepdim=True) * scale for kd in diag_k]
-            w = torch.softmax(torch.cat([s0] + sd, -1), -1)
-            o = w[..., :n] @ v0
-            for i, vd in enumerate(diag_v):
-                o = o + w[..., n + i : n + i + 1] * vd
-        logits, hidden = draft.post_attn(o, res)
-        yield j, logits, tok_pos
+        hidden, k, v = _maybe_checkpoint(recompute, _unroll_step, draft, step_ids, hidden, pos, *kv)
+        kv = kv + (k, v)
+        yield j, hidden, tok_pos
 
 
-def ttt_token_loss(draft: SpecExitDraft, aux, input_ids, target_logits, loss_mask, cfg: LossConfig):
+def _chunk_ce(draft: SpecExitDraft, prenorm, target_logits, tgt_pos, m):
+    """Sums over the chunk's positions of m * CE(target softmax, draft log-softmax) and of m * [argmax
+    agrees]."""
+    logits = draft.head(prenorm).float()
+    tgt_p = torch.softmax(target_logits[:, tgt_pos].float(), -1)
+    ce = -(tgt_p * torch.log_softmax(logits, -1)).sum(-1)
+    with torch.no_grad():
+        agree = ((logits.argmax(-1) == tgt_p.argmax(-1)).float() * m).sum()
+    return (ce * m).sum(), agree
+
+
+def ttt_token_loss(draft: SpecExitDraft, aux, input_ids, target_logits, loss_mask, cfg: LossConfig, *, hidden=None):
     """Returns (weighted loss, {acc_j, loss_j}).
 
     aux [B,T,3H]; input_ids [B,T]; target_logits [B,T,V] or already restricted to the draft vocab
     [B,T,draft_vocab_size] (`target_features(..., vocab_rows=...)`); loss_mask [B,T] (1 where the token at
     that position is one we want drafted, e.g. completion tokens). Step j at index t predicts
     x_{t+j+2}: its target is the target's distribution at position t+j+1, restricted to the draft
-    vocab (softmax over those logits, as EAGLE-3 does).
+    vocab (softmax over those logits, as EAGLE-3 does). The logits are computed `cfg.loss_chunk_tokens`
+    positions at a time.
     """
-    t_len = input_ids.shape[1]
-    draft_targets = torch.arange(draft.cfg.draft_vocab_size, device=input_ids.device) + draft.d2t
-    if target_logits.shape[-1] == draft.cfg.draft_vocab_size:
-        draft_targets = slice(None)  # already the draft vocab's columns
+    b, t_len = input_ids.shape
+    if target_logits.shape[-1] != draft.cfg.draft_vocab_size:  # full target vocab: the draft vocab's columns
+        target_logits = target_logits[..., torch.arange(draft.cfg.draft_vocab_size, device=input_ids.device) + draft.d2t]
+    chunk = max(1, cfg.loss_chunk_tokens // b)
     total = torch.zeros((), device=input_ids.device)
     weight_sum = 0.0
     metrics: dict[str, float] = {}
-    for j, logits, tok_pos in ttt_unroll(draft, aux, input_ids, cfg.unroll):
+    for j, prenorm, tok_pos in ttt_unroll(draft, aux, input_ids, cfg.unroll, hidden=hidden, recompute=cfg.recompute):
         pred_pos = tok_pos + 1
-        valid = pred_pos < t_len
-        tgt_p = torch.softmax(target_logits[:, tok_pos.clamp(max=t_len - 1)][..., draft_targets], -1)
-        m = loss_mask[:, pred_pos.clamp(max=t_len - 1)].float() * valid[None].float()
-        ce = -(tgt_p * torch.log_softmax(logits.float(), -1)).sum(-1)
+        m = loss_mask[:, pred_pos.clamp(max=t_len - 1)].float() * (pred_pos < t_len)[None].float()
+        tgt_pos = tok_pos.clamp(max=t_len - 1)
+        ce_sum = agree_sum = 0.0
+        for s in range(0, len(tok_pos), chunk):
+            e = s + chunk
+            ce, agree = _maybe_checkpoint(cfg.recompute, _chunk_ce, draft, prenorm[:, s:e], target_logits,
+                                          tgt_pos[s:e], m[:, s:e])
+            ce_sum, agree_sum = ce_sum + ce, agree_sum + agree
         denom = m.sum().clamp(min=1.0)
-        step_loss = (ce * m).sum() / denom
+        step_loss = ce_sum / denom
         wj = cfg.step_decay ** j
         total = total + wj * step_loss
         weight_sum += wj
-        with torch.no_grad():
-            agree = (logits.argmax(-1) == tgt_p.argmax(-1)).float()
-            metrics[f"acc_{j}"] = float((agree * m).sum() / denom)
-            metrics[f"loss_{j}"] = float(step_loss)
+        metrics[f"acc_{j}"] = float(agree_sum / denom)
+        metrics[f"loss_{j}"] = float(step_loss.detach())
     return total / weight_sum, metrics
 
 
 def signal_losses(raw: torch.Tensor, conf, prog, log_rem, mask) -> dict[str, torch.Tensor]:
     """raw [B,T,3] fc signal rows; labels [B,T]; mask [B,T] bool (think tokens)."""
+    raw = raw.float()  # bf16 under autocast
     m = mask.float()
     denom = m.sum().clamp(min=1.0)
     bce = F.binary_cross_entropy_with_logits

@@ -1,15 +1,18 @@
 """Draft model, checkpoint I/O and the TTT loss (small random models: the math, not the quality)."""
 
 import json
+import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from specexit_core.draft.checkpoint import CheckpointMismatch, convert, load_draft, save_draft
 from specexit_core.draft.config import DraftConfig, SPECEXIT_ARCH, STOCK_ARCH
 from specexit_core.draft.model import DraftKV, SpecExitDraft
 from specexit_core.draft.vocab import build_draft_vocab
 from specexit_core.training.loss import DynamicWeighting, LossConfig, ttt_token_loss, ttt_unroll
+from specexit_core.training import ttt_attention
 
 
 def small_cfg(**kw) -> DraftConfig:
@@ -114,7 +117,7 @@ def test_ttt_unroll_equals_inference_chain():
     T = 12
     ids = torch.randint(0, 50, (1, T))
     aux = torch.randn(1, T, 96)
-    steps = {j: lg for j, lg, _ in ttt_unroll(d, aux, ids, unroll=4)}
+    steps = {j: d.head(pre) for j, pre, _ in ttt_unroll(d, aux, ids, unroll=4)}
     for t in [0, 3, 6]:
         cache = DraftKV()
         hid, _ = d.fuse(aux[:, : t + 1])
@@ -126,6 +129,119 @@ def test_ttt_unroll_equals_inference_chain():
                 break
             lg, last, cache = d.forward_cached(ids[:, t + j + 1 : t + j + 2], last, torch.tensor([[t + j]]), cache)
             assert torch.allclose(lg[0, -1], steps[j][0, t], atol=1e-4), (t, j)
+
+
+def dense_ttt_logits(d: SpecExitDraft, aux, ids, unroll: int) -> list[torch.Tensor]:
+    """The TTT unroll written out with dense [n, n + j] score matrices (the reference semantics)."""
+    b, t_len = ids.shape
+    n = t_len - 1
+    idx = torch.arange(n)
+    hidden, _ = d.fuse(aux[:, :n])
+    causal = idx[None, :] <= idx[:, None]
+    scale = 1.0 / math.sqrt(d.cfg.head_dim)
+    attn = d.midlayer.self_attn
+    out, k0, v0, diag_k, diag_v = [], None, None, [], []
+    for j in range(min(unroll, n)):
+        q, k, v, res = d.pre_attn(ids[:, (idx + j + 1).clamp(max=t_len - 1)], hidden, (idx + j)[None].expand(b, n))
+        k, v = attn.repeat_kv(k), attn.repeat_kv(v)
+        if j == 0:
+            k0, v0 = k, v
+            o = torch.softmax(((q @ k.transpose(-1, -2)) * scale).masked_fill(~causal, float("-inf")), -1) @ v
+        else:
+            diag_k.append(k)
+            diag_v.append(v)
+            s0 = ((q @ k0.transpose(-1, -2)) * scale).masked_fill(~causal, float("-inf"))
+            w = torch.softmax(torch.cat([s0] + [(q * kd).sum(-1, keepdim=True) * scale for kd in diag_k], -1), -1)
+            o = w[..., :n] @ v0
+            for i, vd in enumerate(diag_v):
+                o = o + w[..., n + i : n + i + 1] * vd
+        lg, hidden = d.post_attn(o, res)
+        out.append(lg)
+    return out
+
+
+def _grads(d: SpecExitDraft, loss: torch.Tensor) -> dict[str, torch.Tensor]:
+    ps = {k: p for k, p in d.named_parameters() if p.requires_grad}
+    return dict(zip(ps, torch.autograd.grad(loss, list(ps.values()))))
+
+
+@pytest.mark.parametrize("recompute", [False, True])
+def test_fused_ttt_attention_matches_dense_scores_values_and_gradients(recompute):
+    """Fused causal kernel + log-sum-exp merge of the diagonal terms == the dense softmax over
+    [causal block | diagonal keys], in value and in every parameter gradient (fp32, 1e-5);
+    recomputing each step in backward changes nothing."""
+    d = random_draft(seed=3)
+    torch.manual_seed(1)
+    ids = torch.randint(0, 50, (2, 11))
+    aux = torch.randn(2, 11, 96)
+    w = torch.randn(4, 2, 10, 30)
+    ref = dense_ttt_logits(d, aux, ids, unroll=4)
+    new = [d.head(pre) for _, pre, _ in ttt_unroll(d, aux, ids, unroll=4, recompute=recompute)]
+    for r, x in zip(ref, new, strict=True):
+        torch.testing.assert_close(x, r, rtol=1e-5, atol=1e-5)
+    g_ref = _grads(d, sum((wj * r).sum() for wj, r in zip(w, ref)))
+    new = [d.head(pre) for _, pre, _ in ttt_unroll(d, aux, ids, unroll=4, recompute=recompute)]
+    g_new = _grads(d, sum((wj * x).sum() for wj, x in zip(w, new)))
+    for k in g_ref:
+        torch.testing.assert_close(g_new[k], g_ref[k], rtol=1e-5, atol=1e-5, msg=k)
+
+
+def test_causal_lse_kernel_and_fallback_agree_with_dense_in_value_and_gradient():
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 9, 8, dtype=torch.float64).float().requires_grad_() for _ in range(3))
+    scale = 0.3
+    s = ((q @ k.transpose(-1, -2)) * scale).masked_fill(~torch.ones(9, 9, dtype=torch.bool).tril(), float("-inf"))
+    ref = (torch.softmax(s, -1) @ v, torch.logsumexp(s, -1))
+    probe = [torch.randn(2, 4, 9, 8), torch.randn(2, 4, 9)]
+    g_ref = torch.autograd.grad(sum((p * r).sum() for p, r in zip(probe, ref)), (q, k, v))
+    for fused in (ttt_attention._fused_causal, ttt_attention._math_causal):
+        o, lse = fused(q, k, v, scale)
+        lse = lse + ttt_attention._lse_grad_carrier(q, k, scale)
+        torch.testing.assert_close(o, ref[0], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(lse, ref[1], rtol=1e-5, atol=1e-5)
+        g = torch.autograd.grad(sum((p * r).sum() for p, r in zip(probe, (o, lse))), (q, k, v))
+        for a, b in zip(g, g_ref):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_chunked_and_recomputed_loss_equal_the_plain_one():
+    d = random_draft(seed=4)
+    torch.manual_seed(2)
+    ids = torch.randint(0, 50, (2, 10))
+    aux = torch.randn(2, 10, 96)
+    tgt = torch.randn(2, 10, 30)
+    mask = (torch.rand(2, 10) > 0.3).float()
+    ref, m_ref = ttt_token_loss(d, aux, ids, tgt, mask, LossConfig(unroll=3))
+    g_ref = _grads(d, ref)
+    for cfg in (LossConfig(unroll=3, loss_chunk_tokens=6), LossConfig(unroll=3, loss_chunk_tokens=4, recompute=True)):
+        loss, m = ttt_token_loss(d, aux, ids, tgt, mask, cfg)
+        torch.testing.assert_close(loss, ref, rtol=1e-6, atol=1e-6)
+        assert m == pytest.approx(m_ref, rel=1e-5, abs=1e-6)
+        g = _grads(d, loss)
+        for k in g_ref:
+            torch.testing.assert_close(g[k], g_ref[k], rtol=1e-5, atol=1e-6, msg=k)
+
+
+def test_bf16_autocast_loss_and_gradients_track_fp32():
+    """The GPU recipe's precision (bf16 autocast, fp32 weights), here on CPU: close to fp32."""
+    d = random_draft(seed=5)
+    for p in d.parameters():
+        p.data.mul_(0.5)
+    torch.manual_seed(3)
+    ids = torch.randint(0, 50, (2, 12))
+    aux = torch.randn(2, 12, 96)
+    tgt = torch.randn(2, 12, 30)
+    mask = torch.ones(2, 12)
+    cfg = LossConfig(unroll=3, recompute=True)
+    ref, _ = ttt_token_loss(d, aux, ids, tgt, mask, cfg)
+    g_ref = _grads(d, ref)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss, _ = ttt_token_loss(d, aux, ids, tgt, mask, cfg)
+    g = _grads(d, loss)
+    assert loss.dtype == torch.float32 and abs(loss.item() - ref.item()) < 0.03 * ref.item()
+    for k in ("fc.weight", "midlayer.self_attn.q_proj.weight", "midlayer.mlp.down_proj.weight", "lm_head.weight"):
+        cos = F.cosine_similarity(g[k].flatten(), g_ref[k].flatten(), 0)
+        assert g[k].dtype == torch.float32 and cos > 0.98, (k, cos)
 
 
 def test_ttt_loss_decreases_when_overfitting_one_batch():
@@ -180,3 +296,9 @@ def test_target_features_restricted_to_draft_vocab_equal_full_logits_sliced(teac
     aux_cut, cut = target_features(model, ids, mask, (1, 2, 3), vocab_rows=rows)
     torch.testing.assert_close(aux_cut, aux_full)
     torch.testing.assert_close(cut, full[..., rows], rtol=1e-5, atol=1e-5)
+    # the hooks keep exactly HF's hidden_states[i] (i = 0 is the embeddings)
+    with torch.no_grad():
+        hf = model(input_ids=ids, attention_mask=mask, output_hidden_states=True).hidden_states
+    aux0, _ = target_features(model, ids, mask, (0, 2, 3))
+    torch.testing.assert_close(aux0, torch.cat([hf[0], hf[2], hf[3]], -1))
+    torch.testing.assert_close(full, model(input_ids=ids, attention_mask=mask).logits.detach())
