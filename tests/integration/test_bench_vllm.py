@@ -1,19 +1,13 @@
 """`specexit bench vllm --json` runs and reports every method side by side (a smoke run, n=4)."""
 
-import json
-import subprocess
-import sys
-
 import pytest
+from support.cli import run_json, specexit
 
 pytestmark = pytest.mark.vllm
 
 
 def test_bench_vllm_json():
-    out = subprocess.run([sys.executable, "-m", "specexit_app.cli", "bench", "vllm", "--n", "4", "--json"],
-                         capture_output=True, text=True, timeout=900)
-    assert out.returncode == 0, out.stderr[-3000:]
-    res = json.loads(out.stdout)
+    _, res = run_json(specexit("bench", "vllm", "--n", "4", "--json"), timeout=900)
     assert set(res["methods"]) == {"eagle3", "specexit", "specexit_never_fires"}
     for m in res["methods"].values():
         for key in ("accuracy", "think_tokens", "latency_s", "acceptance_length"):

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from support.cli import run_json, specexit
+from support.paths import REPO_ROOT
 
 pytestmark = pytest.mark.vllm
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_calibrate_writes_a_config_the_plugin_reads(tmp_path, monkeypatch):
@@ -23,17 +24,14 @@ def test_calibrate_writes_a_config_the_plugin_reads(tmp_path, monkeypatch):
 
     draft = tmp_path / "draft"
     shutil.copytree(DRAFT_DIR, draft)
-    cfg = yaml.safe_load((ROOT / "examples/toy/calibrate.yaml").read_text())
+    cfg = yaml.safe_load((REPO_ROOT / "examples/toy/calibrate.yaml").read_text())
     cfg.update(output=str(tmp_path / "calibrated.json"), tolerance=0.0, write_draft_defaults=True,
                methods=["confidence", "progress", "confidence_progress_remain"], alphas=[0.1, 0.3])
     cfg["eval"].update(output=str(tmp_path / "dev"), draft=str(draft), batch_size=4)
-    cfg["eval"]["engine"]["model"] = str(ROOT / cfg["eval"]["engine"]["model"])
+    cfg["eval"]["engine"]["model"] = str(REPO_ROOT / cfg["eval"]["engine"]["model"])
     path = tmp_path / "calibrate.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    p = subprocess.run([sys.executable, "-m", "specexit_app.cli", "calibrate", "--config", str(path), "--n", "4",
-                        "--json"], capture_output=True, text=True, timeout=600, cwd=ROOT)
-    assert p.returncode == 0, p.stderr[-4000:]
-    out = json.loads(p.stdout.strip().splitlines()[-1])  # --json: the last line
+    _, out = run_json(specexit("calibrate", "--config", str(path), "--n", "4", "--json"), timeout=600)
     assert out == json.loads((tmp_path / "calibrated.json").read_text())
     chosen = ExitConfig.from_dict(out["exit"])  # every field valid
     c = out["calibration"]

@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))  # `cluster` is a folder of the checkout, not part of the installed package
-from cluster import render_kuberay as rk  # noqa: E402
+from support.paths import REPO_ROOT
 
-KDIR = ROOT / "cluster" / "kuberay"
-SERVE_GPU = ROOT / "serve_app" / "gpu_tp2.yaml"
+from cluster import render_kuberay as rk
+
+KDIR = REPO_ROOT / "cluster" / "kuberay"
+SERVE_GPU = REPO_ROOT / "serve_app" / "gpu_tp2.yaml"
 needs_serve_config = pytest.mark.skipif(not SERVE_GPU.exists(), reason="serve_app/gpu_tp2.yaml not written yet (issue #6)")
 
 
@@ -59,11 +59,12 @@ def _check_cluster_spec(spec: dict, serve: bool):
 def test_manifests_are_in_sync_with_their_sources():
     if not SERVE_GPU.exists():
         pytest.skip("serve_app/gpu_tp2.yaml not in this checkout: the Serve files cannot be rendered")
-    r = subprocess.run([sys.executable, "-m", "cluster.render_kuberay", "--check"], cwd=ROOT,
+    r = subprocess.run([sys.executable, "-m", "cluster.render_kuberay", "--check"], cwd=REPO_ROOT,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     expected = set(rk.render())
-    on_disk = {str(p.relative_to(ROOT)) for p in [*KDIR.rglob("*.yaml"), *(ROOT / "cluster" / "serve").glob("*.yaml")]}
+    rendered = [*KDIR.rglob("*.yaml"), *(REPO_ROOT / "cluster" / "serve").glob("*.yaml")]
+    on_disk = {str(p.relative_to(REPO_ROOT)) for p in rendered}
     assert on_disk == expected  # nothing stale left behind either
 
 
@@ -92,7 +93,7 @@ def test_rayjob_runs_the_stage_config_with_its_gpus(recipe, stage):
     assert spec["entrypoint"] == f"python -m pipelines.{stage} --config /home/ray/specexit/{cfg_rel}"
     assert spec["shutdownAfterJobFinishes"] is True and spec["backoffLimit"] >= 1
     _check_cluster_spec(spec["rayClusterSpec"], serve=False)
-    cfg = load_stage_config(stage, str(ROOT / cfg_rel))
+    cfg = load_stage_config(stage, str(REPO_ROOT / cfg_rel))
     need = rk.gpus_needed(stage, cfg)
     (group,) = spec["rayClusterSpec"]["workerGroupSpecs"]
     assert need > 0 and group["replicas"] * _gpus(group) == need  # exactly what the config runs at once
@@ -118,7 +119,7 @@ def test_rayservice_serves_exactly_the_serve_config(recipe):
     (svc,) = _docs(KDIR / recipe.name / "rayservice.yaml")
     assert svc["kind"] == "RayService"
     serve_cfg = yaml.safe_load(svc["spec"]["serveConfigV2"])  # a YAML string inside the manifest
-    source = yaml.safe_load((ROOT / recipe.rayservice_config).read_text())
+    source = yaml.safe_load((REPO_ROOT / recipe.rayservice_config).read_text())
     assert serve_cfg == {"applications": source["applications"]}
     _check_cluster_spec(svc["spec"]["rayClusterConfig"], serve=True)
     assert svc["spec"]["rayClusterConfig"]["enableInTreeAutoscaling"] is True
@@ -162,7 +163,7 @@ def test_rayservice_builds_the_same_application_as_the_serve_config(recipe):
 
     (svc,) = _docs(KDIR / recipe.name / "rayservice.yaml")
     apps = yaml.safe_load(svc["spec"]["serveConfigV2"])["applications"]
-    source = yaml.safe_load((ROOT / recipe.rayservice_config).read_text())["applications"]
+    source = yaml.safe_load((REPO_ROOT / recipe.rayservice_config).read_text())["applications"]
     assert [a["name"] for a in apps] == [a["name"] for a in source]
     (group,) = svc["spec"]["rayClusterConfig"]["workerGroupSpecs"]
     for app, src in zip(apps, source):
@@ -196,7 +197,7 @@ def test_rayservice_pods_see_the_draft_the_recipe_trains(recipe):
     from pipelines.common.config import load_stage_config
     from serve_app.config import load_args
 
-    train = load_stage_config("train_draft", str(ROOT / recipe.configs / "train_draft.yaml"))
+    train = load_stage_config("train_draft", str(REPO_ROOT / recipe.configs / "train_draft.yaml"))
     (svc,) = _docs(KDIR / recipe.name / "rayservice.yaml")
     (app,) = yaml.safe_load(svc["spec"]["serveConfigV2"])["applications"]
     args = load_args(app["args"])
@@ -224,7 +225,7 @@ def test_ray_up_serve_configs_are_the_gpu_app_with_declared_changes(recipe):
     from pipelines.common.config import load_stage_config
     from serve_app.config import load_args
 
-    variant = yaml.safe_load((ROOT / "cluster" / "serve" / f"{recipe.name}.yaml").read_text())
+    variant = yaml.safe_load((REPO_ROOT / "cluster" / "serve" / f"{recipe.name}.yaml").read_text())
     base = yaml.safe_load(SERVE_GPU.read_text())
     assert {k: v for k, v in variant.items() if k != "applications"} == {
         k: v for k, v in base.items() if k != "applications"}
@@ -234,7 +235,7 @@ def test_ray_up_serve_configs_are_the_gpu_app_with_declared_changes(recipe):
     changed = {k for k in got.keys() | want.keys() if got.get(k, "<absent>") != want.get(k, "<absent>")}
     assert changed <= set(rk._flat(rk.SERVE_OVERRIDES[recipe.name])), changed
     args = load_args(app["args"])
-    train = load_stage_config("train_draft", str(ROOT / recipe.configs / "train_draft.yaml"))
+    train = load_stage_config("train_draft", str(REPO_ROOT / recipe.configs / "train_draft.yaml"))
     assert args.model.draft == train.output and args.model.source == train.target
     assert args.model.accelerator == "gpu" and args.model.accelerator_type is None
     assert args.model.tensor_parallel_size == 2

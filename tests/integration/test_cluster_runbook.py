@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support.ray_head import LocalHead
+from support.cli import output_json, run
+from support.ray_head import LocalHead, retry_no_agent
+from support.paths import REPO_ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
-RUNBOOK = ROOT / "docs" / "runbook.md"
-BIN = Path(sys.executable).parent
+RUNBOOK = REPO_ROOT / "docs" / "runbook.md"
 N_PROBLEMS = 24
 STEPS = 8
 
@@ -71,7 +71,7 @@ def test_runbook_job_commands_are_the_pipeline_stages():
     # and the recipes the runbook points $CONFIGS at have those files
     for folder in re.findall(r"CONFIGS=(\S+)", RUNBOOK.read_text()):
         for stage in ("traces", "labels", "train_draft"):
-            assert (ROOT / folder / f"{stage}.yaml").exists(), (folder, stage)
+            assert (REPO_ROOT / folder / f"{stage}.yaml").exists(), (folder, stage)
 
 
 # -- a private Ray head ----------------------------------------------------------------------------
@@ -80,13 +80,13 @@ def toy_configs(dest: Path) -> Path:
     work = dest / "runs"
     cfgs = dest / "configs"
     cfgs.mkdir(parents=True)
-    t = yaml.safe_load((ROOT / "examples/toy/traces.yaml").read_text())
+    t = yaml.safe_load((REPO_ROOT / "examples/toy/traces.yaml").read_text())
     t["input"]["n"] = N_PROBLEMS
     t["output"] = str(work / "traces")
     t["chunk_rows"] = 8
-    lab = yaml.safe_load((ROOT / "examples/toy/labels.yaml").read_text())
+    lab = yaml.safe_load((REPO_ROOT / "examples/toy/labels.yaml").read_text())
     lab.update(input=str(work / "traces"), output=str(work / "labels"), chunk_rows=8)
-    tr = yaml.safe_load((ROOT / "examples/toy/train_draft.yaml").read_text())
+    tr = yaml.safe_load((REPO_ROOT / "examples/toy/train_draft.yaml").read_text())
     tr.update(input=str(work / "labels"), output=str(work / "draft"), storage_path=str(work / "ray_train"),
               steps=STEPS, batch_size=4, warmup_steps=2, log_every=2, checkpoint_every=4)
     for name, cfg in (("traces", t), ("labels", lab), ("train_draft", tr)):
@@ -109,7 +109,6 @@ def head():
 @pytest.mark.vllm
 @pytest.mark.slow
 def test_runbook_job_commands_run_with_the_toy_configs(head, tmp_path):
-    from pipelines.common.stage_cli import parse_summary
     from pipelines.common.parts import read_all
     from pipelines.common.schemas import LABELS, TRACES
 
@@ -118,19 +117,13 @@ def test_runbook_job_commands_run_with_the_toy_configs(head, tmp_path):
     summaries, timings = {}, {}
     for cmd in job_commands():
         t0 = time.time()
-        for _ in range(12):
-            r = subprocess.run(["bash", "-c", cmd], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-            # A fresh head's job agent registers a few seconds after `ray start`; under load that
-            # exceeds the job head's fixed 10 s wait and no job is created: retry the command.
-            if r.returncode == 0 or "No available agent" not in r.stdout + r.stderr:
-                break
-            time.sleep(5)
+        r = retry_no_agent(lambda: run(["bash", "-c", cmd], env=env, timeout=600))  # noqa: B023 (called at once)
         timings[cmd] = round(time.time() - t0, 1)
         assert r.returncode == 0, f"{cmd}\n{r.stdout[-5000:]}\n{r.stderr[-3000:]}"
         ep = entrypoint(cmd)
         if ep[:2] == ["python", "-m"]:
             stage = ep[2].split(".")[1]
-            summaries[stage] = parse_summary(r.stdout)
+            summaries[stage] = output_json(r.stdout)
         else:
             assert "'CPU': 8.0" in r.stdout, r.stdout[-2000:]  # the smoke job saw the cluster
     print(json.dumps(timings, indent=1))

@@ -1,31 +1,20 @@
 """README's main command runs (small n): teacher eval + vLLM with the SpecExit draft, off vs on."""
 
 import json
-import subprocess
-import sys
 
 import pytest
+from support.cli import run_json, specexit
+from support.ports import free_port
 
 pytestmark = pytest.mark.vllm
 
 
 def test_toy_demo_json():
-    out = subprocess.run([sys.executable, "-m", "specexit_app.cli", "toy", "demo", "--n", "12", "--json"],
-                         capture_output=True, text=True, timeout=900)
-    assert out.returncode == 0, out.stderr[-3000:]
-    res = json.loads(out.stdout)
+    _, res = run_json(specexit("toy", "demo", "--n", "12", "--json"), timeout=900)
     assert res["teacher"]["n"] == 12
     assert set(res["vllm"]) == {"eagle3", "specexit"}
     assert res["vllm"]["specexit"]["think_tokens"] < res["vllm"]["eagle3"]["think_tokens"]
     assert res["think_token_reduction"] > 0.1
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_main_demo_quick(tmp_path):
@@ -34,10 +23,8 @@ def test_main_demo_quick(tmp_path):
     from pathlib import Path
 
     wd = tmp_path / "demo"
-    out = subprocess.run([sys.executable, "-m", "specexit_app.cli", "demo", "--quick", "--json", "--workdir", str(wd),
-                          "--port", str(_free_port())], capture_output=True, text=True, timeout=1500)
-    assert out.returncode == 0, out.stderr[-5000:]
-    res = json.loads(out.stdout.strip().splitlines()[-1])
+    out, res = run_json(specexit("demo", "--quick", "--json", "--workdir", str(wd), "--port", str(free_port())),
+                        timeout=1500)
     names = {"plain", "eagle3", "specexit", "budget", "deer", "dynasor", "nothink", "oracle"}
     assert set(res["methods"]) == names
     for m in res["methods"].values():

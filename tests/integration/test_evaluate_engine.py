@@ -12,10 +12,10 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from pipelines.common.stage_cli import parse_summary
+from support.cli import run_json
+from support.paths import REPO_ROOT
 
 pytestmark = pytest.mark.vllm
-ROOT = Path(__file__).resolve().parents[2]
 METHODS = ["plain", "eagle3", "specexit", "budget", "deer", "dynasor", "nothink", "oracle"]
 FIELDS = ["accuracy", "think_tokens", "answer_tokens", "latency_s", "acceptance_length", "probe_requests"]
 
@@ -36,19 +36,18 @@ def run(tmp_path_factory):
              {"id": "p0", "prompt": "Compute from left to right : 1 + 2", "gold": "3"}]  # repeated id
     src = tmp / "probs.jsonl"
     src.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    cfg = yaml.safe_load((ROOT / "examples/toy/evaluate.yaml").read_text())
+    cfg = yaml.safe_load((REPO_ROOT / "examples/toy/evaluate.yaml").read_text())
     cfg.update(methods=METHODS, budget_sweep=[16, 48], batch_size=4, temperatures=[0.0, 0.6])
     cfg["input"] = {"kind": "jsonl", "path": str(src), "gold_column": "gold"}
-    cfg["engine"]["model"] = str(ROOT / cfg["engine"]["model"])
-    cfg["draft"] = str(ROOT / cfg["draft"])
+    cfg["engine"]["model"] = str(REPO_ROOT / cfg["engine"]["model"])
+    cfg["draft"] = str(REPO_ROOT / cfg["draft"])
     path = tmp / "eval.yaml"
     path.write_text(yaml.safe_dump(cfg))
     out = tmp / "out"
     cmd = [sys.executable, "-m", "pipelines.evaluate", "--config", str(path), "--output", str(out), "--report"]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT)
-    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
+    _, summary = run_json(cmd, timeout=600)
     rows_out = [r for f in sorted(out.glob("part-*.parquet")) for r in pq.read_table(f).to_pylist()]
-    return {"summary": parse_summary(p.stdout), "full": json.loads((out / "summary.json").read_text()),
+    return {"summary": summary, "full": json.loads((out / "summary.json").read_text()),
             "rows": rows_out, "out": out, "cmd": cmd, "cfg": path}
 
 
@@ -108,9 +107,7 @@ def test_report_files(run):
 
 
 def test_resume_and_identity(run):
-    p = subprocess.run(run["cmd"][:-1], capture_output=True, text=True, timeout=300, cwd=ROOT)
-    assert p.returncode == 0, p.stderr[-3000:]
-    s = parse_summary(p.stdout)
+    _, s = run_json(run["cmd"][:-1], timeout=300)
     assert s["complete"] and s["pipeline_seconds"] is None  # nothing left to do: no engine started
     from pipelines.evaluate.config import load_eval_config
     from pipelines.evaluate.job import check_run_identity

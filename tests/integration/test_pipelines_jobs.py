@@ -21,28 +21,22 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from support.ray_head import LocalHead
-from pipelines.common.stage_cli import parse_summary
+from support.cli import output_json, run_json
+from support.ray_head import LocalHead, retry_no_agent
 from pipelines.common.parts import read_all
 from pipelines.common.schemas import LABELS, TRACES
 from specexit_core.toy.paths import TEACHER_DIR
 from specexit_core.toy.task import problems
+from support.paths import REPO_ROOT
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parents[2]
-BIN = Path(sys.executable).parent
 N_GOOD = 24
 TEACHER = os.environ.get("SPECEXIT_TEST_TEACHER", str(TEACHER_DIR))
 
 
 class Cluster(LocalHead):
     """A private Ray head (tests/support/ray_head.py) plus the `ray job` CLI calls these tests make."""
-
-    # -- jobs ---------------------------------------------------------------------------------
-    def _ray(self, *args, timeout=600):
-        return subprocess.run([str(BIN / "ray"), *args], env=self.env, capture_output=True, text=True,
-                              timeout=timeout, cwd=ROOT)
 
     def submit(self, stage: str, config: Path, *extra: str, env_vars: dict | None = None, wait: bool = True,
                job_id: str | None = None):
@@ -53,19 +47,12 @@ class Cluster(LocalHead):
         if not wait:
             args.append("--no-wait")
         args += ["--", "python", "-m", f"pipelines.{stage}", "--config", str(config), *extra]
-        for _ in range(12):
-            r = self._ray(*args)
-            # A fresh head's job agent registers a few seconds after `ray start` returns; under
-            # load that exceeds the job head's fixed 10 s wait. The job was not created: retry.
-            if r.returncode == 0 or "No available agent" not in r.stdout + r.stderr:
-                return r
-            time.sleep(5)
-        return r
+        return retry_no_agent(lambda: self.ray(*args))
 
     def status(self, job_id: str) -> str:
         """`ray job status` logs "Job 'x' succeeded" / "failed" / "was stopped" or
         "Status for job 'x': RUNNING" (on stderr)."""
-        r = self._ray("job", "status", "--address", self.address, job_id, timeout=60)
+        r = self.ray("job", "status", "--address", self.address, job_id, timeout=60)
         out = (r.stdout + r.stderr).lower()
         for word, s in (("succeeded", "SUCCEEDED"), ("failed", "FAILED"), ("was stopped", "STOPPED"),
                         ("running", "RUNNING"), ("pending", "PENDING")):
@@ -74,7 +61,7 @@ class Cluster(LocalHead):
         return out
 
     def logs(self, job_id: str) -> str:
-        return self._ray("job", "logs", "--address", self.address, job_id, timeout=60).stdout
+        return self.ray("job", "logs", "--address", self.address, job_id, timeout=60).stdout
 
     def wait(self, job_id: str, timeout: float = 600) -> str:
         t0 = time.time()
@@ -141,7 +128,7 @@ def test_traces_job_killed_midway_then_resubmitted(cluster, work):
 
     r = cluster.submit("traces", work / "traces.yaml")
     assert r.returncode == 0, r.stdout[-5000:] + r.stderr[-2000:]
-    s = parse_summary(r.stdout)
+    s = output_json(r.stdout)
     assert s["complete"] and s["input_rows"] == len(_expected_ids()) == s["ok"] + s["errors"]
     assert s["skipped_already_done"] == len(first) and s["processed_this_run"] == len(_expected_ids()) - len(first)
     ids = _ids(out)
@@ -163,7 +150,7 @@ def test_traces_job_killed_midway_then_resubmitted(cluster, work):
     assert correct >= 0.6 * len(finished), [g["answer"] for g in finished]
 
     r = cluster.submit("traces", work / "traces.yaml", "--limit", "5")  # first 5 rows, all done: a no-op
-    s = parse_summary(r.stdout)
+    s = output_json(r.stdout)
     assert r.returncode == 0 and s["complete"] and s["input_rows"] == 5 and s["processed_this_run"] == 0
 
 
@@ -176,7 +163,7 @@ def test_labels_job_killed_midway_then_resubmitted(cluster, work):
     assert list(out.glob(".tmp-*"))
     r = cluster.submit("labels", work / "labels.yaml")
     assert r.returncode == 0, r.stdout[-5000:] + r.stderr[-2000:]
-    s = parse_summary(r.stdout)
+    s = output_json(r.stdout)
     assert s["complete"] and s["ok"] + s["errors"] == s["input_rows"] == len(_expected_ids())
     ids = _ids(out)
     assert set(ids) == _expected_ids() and max(ids.values()) == 1 and not list(out.glob(".tmp-*"))
@@ -237,7 +224,7 @@ def test_train_job_survives_a_killed_worker(cluster, work):
     os.kill(int((run / "worker-1.pid").read_text()), signal.SIGKILL)  # a training worker dies mid-run
     assert cluster.wait(job) == "SUCCEEDED", cluster.logs(job)[-6000:]
     logs = cluster.logs(job)
-    s = parse_summary(logs)
+    s = output_json(logs)
     starts = [e for e in _events(work) if e["event"] == "start"]
     assert len(starts) == 2 and not starts[0]["resumed"] and starts[1]["resumed"] and starts[1]["step"] >= 5
     assert s["complete"] and s["step"] == 30 and s["resumed_from_steps"] == [starts[1]["step"]]
@@ -254,10 +241,8 @@ def test_rerun_with_same_name_resumes_locally(work):
     (work / "train_more.yaml").write_text(json.dumps(cfg))
     env = dict(os.environ, RAY_AUTH_MODE="disabled", HF_HUB_OFFLINE="1")
     env.pop("RAY_ADDRESS", None)
-    r = subprocess.run([sys.executable, "-m", "pipelines.train_draft", "--config", str(work / "train_more.yaml")],
-                       env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
-    s = parse_summary(r.stdout)
+    r, s = run_json([sys.executable, "-m", "pipelines.train_draft", "--config", work / "train_more.yaml"],
+                    env=env, timeout=600)
     assert s["step"] == 34 and s["resumed_from_steps"][-1] == 30
     assert "resuming from step 30" in r.stdout + r.stderr
 

@@ -6,11 +6,11 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import time
 
 import httpx
 import pytest
+from support.serve import ServeApp, running_serve
 
 pytestmark = pytest.mark.vllm
 
@@ -22,12 +22,6 @@ SERVER = f"SpecExitLLMServer:{MODEL}"
 PROMPT = "Compute from left to right : 7 + 5 * 3 - 4"
 GOOD = {"model": MODEL, "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 20}
 FORCED = {"specexit_method": "progress", "specexit_progress_threshold": 0.0}  # exit at the first \n\n
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def app_args(key_file: str) -> dict:
@@ -47,25 +41,12 @@ def app_args(key_file: str) -> dict:
 
 @pytest.fixture(scope="module")
 def base(tmp_path_factory):
-    import ray
-    from ray import serve
-
-    from serve_app.app import build_app
-
     key_file = tmp_path_factory.mktemp("secret") / "keys"
     key_file.write_text(f"# test keys\n{KEY}\n")
     os.environ["SPECEXIT_TEST_API_KEYS"] = ENV_KEY  # workers inherit the driver's env at ray.init
-    port = free_port()
-    ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False)
-    try:
-        serve.start(http_options={"host": "127.0.0.1", "port": port})
-        serve.run(build_app(app_args(str(key_file))), name=APP, route_prefix="/", blocking=False)
-        url = f"http://127.0.0.1:{port}"
+    with running_serve(ServeApp(APP, app_args(str(key_file)))) as url:
         _wait_ready(url)
         yield url
-    finally:
-        serve.shutdown()
-        ray.shutdown()
 
 
 def _wait_ready(url: str, timeout: float = 240) -> None:

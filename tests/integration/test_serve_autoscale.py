@@ -2,12 +2,12 @@
 replica, requests keep succeeding while it starts, and it goes away again when the load stops."""
 
 import asyncio
-import socket
 import threading
 import time
 
 import httpx
 import pytest
+from support.serve import ServeApp, running_serve
 
 pytestmark = pytest.mark.vllm
 
@@ -15,34 +15,16 @@ MODEL = "toy-auto"
 SERVER = f"SpecExitLLMServer:{MODEL}"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def base():
-    import ray
-    from ray import serve
-
-    from serve_app.app import build_app
-
-    port = free_port()
-    ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False)
-    try:
-        serve.start(http_options={"host": "127.0.0.1", "port": port})
-        serve.run(build_app({
-            "model": {"id": MODEL, "source": "toy:teacher", "draft": "toy:draft", "accelerator": "cpu",
-                      "dtype": "float32", "enforce_eager": True, "max_model_len": 512, "max_num_seqs": 16},
-            "autoscaling": {"min_replicas": 1, "max_replicas": 2, "target_ongoing_requests": 1,
-                            "upscale_delay_s": 0, "downscale_delay_s": 5},
-            "backpressure": {"max_ongoing_requests": 8, "max_queued_requests": 64},
-            "request_timeout_s": 120}), name="auto", route_prefix="/", blocking=False)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        serve.shutdown()
-        ray.shutdown()
+    with running_serve(ServeApp("auto", {
+        "model": {"id": MODEL, "source": "toy:teacher", "draft": "toy:draft", "accelerator": "cpu",
+                  "dtype": "float32", "enforce_eager": True, "max_model_len": 512, "max_num_seqs": 16},
+        "autoscaling": {"min_replicas": 1, "max_replicas": 2, "target_ongoing_requests": 1,
+                        "upscale_delay_s": 0, "downscale_delay_s": 5},
+        "backpressure": {"max_ongoing_requests": 8, "max_queued_requests": 64},
+        "request_timeout_s": 120})) as url:
+        yield url
 
 
 def running_replicas() -> int:

@@ -2,22 +2,14 @@
 process; each rank is bound to its own core) serves the toy model with the same greedy outputs and the
 same SpecExit decisions as a TP=1 replica. Both apps run side by side in one Serve instance."""
 
-import socket
-import time
-
 import httpx
 import pytest
+from support.serve import ServeApp, running_serve
 
 pytestmark = pytest.mark.vllm
 
 PROMPTS = ["Compute from left to right : 7 + 5 * 3 - 4", "Compute from left to right : 12 - 3 + 8 * 2",
            "Compute from left to right : 9 * 9 - 17 + 4 - 30"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def args(tp: int, bind: str) -> dict:
@@ -29,32 +21,8 @@ def args(tp: int, bind: str) -> dict:
 
 @pytest.fixture(scope="module")
 def base():
-    import ray
-    from ray import serve
-
-    from serve_app.app import build_app
-
-    port = free_port()
-    ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False)
-    try:
-        serve.start(http_options={"host": "127.0.0.1", "port": port})
-        serve.run(build_app(args(2, "0|1")), name="tp2", route_prefix="/tp2", blocking=False)
-        serve.run(build_app(args(1, "0-1")), name="tp1", route_prefix="/tp1", blocking=False)
-        url = f"http://127.0.0.1:{port}"
-        t0 = time.time()
-        while time.time() - t0 < 300:
-            st = serve.status().applications
-            if all(st.get(a) and st[a].status == "RUNNING" for a in ("tp1", "tp2")):
-                break
-            if any(st.get(a) and st[a].status in ("DEPLOY_FAILED", "UNHEALTHY") for a in ("tp1", "tp2")):
-                raise RuntimeError({a: st[a].message for a in st})
-            time.sleep(2)
-        else:
-            raise TimeoutError("apps not running")
+    with running_serve(ServeApp("tp2", args(2, "0|1"), "/tp2"), ServeApp("tp1", args(1, "0-1"), "/tp1")) as url:
         yield url
-    finally:
-        serve.shutdown()
-        ray.shutdown()
 
 
 def _chat(url: str, tp: int, prompt: str, xargs: dict | None) -> dict:

@@ -1,8 +1,8 @@
 """The shipped SpecExit toy draft: checkpoint layout, held-out signal quality, and its trainer."""
 
 import json
-import subprocess
-import sys
+
+from support.cli import run, specexit, tail
 
 from specexit_core.draft.checkpoint import load_draft, read_config
 from specexit_core.toy.hf_generate import load_teacher
@@ -34,9 +34,8 @@ def test_heldout_signal_quality(teacher):
 def test_train_draft_cli_runs_end_to_end(tmp_path):
     cfg = tmp_path / "cfg.json"
     cfg.write_text(json.dumps({"n_train": 24, "n_heldout": 8, "steps": 3, "batch_size": 4, "log_every": 1}))
-    out = subprocess.run([sys.executable, "-m", "specexit_app.cli", "toy", "train-draft", "--config", str(cfg),
-                          "--out", str(tmp_path / "d")], capture_output=True, text=True, timeout=900)
-    assert out.returncode == 0, out.stderr[-3000:]
+    out = run(specexit("toy", "train-draft", "--config", str(cfg), "--out", str(tmp_path / "d")), timeout=900)
+    assert out.returncode == 0, tail(out)
     assert "step 3/3" in out.stderr and "token" in out.stderr  # step logs with loss terms
     model, _ = load_teacher(TEACHER_DIR)
     d = load_draft(tmp_path / "d", target_embed=model.get_input_embeddings().weight)

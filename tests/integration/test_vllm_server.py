@@ -2,24 +2,18 @@
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
 
 import pytest
 import requests
+from support.ports import free_port
 
 from specexit_core.toy.paths import DRAFT_DIR, TEACHER_DIR
 from specexit_core.toy.task import grade, problems
 
 pytestmark = pytest.mark.vllm
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

@@ -11,19 +11,13 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
-import sys
 import tempfile
-from pathlib import Path
+import time
+from collections.abc import Callable
 
-BIN = Path(sys.executable).parent  # the venv's `ray` and `python`
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from support.paths import REPO_ROOT, VENV_BIN
+from support.ports import free_port
 
 
 def head_args(*, gcs: int, client: int, dash: int, tmp: str, num_cpus: int = 8) -> list[str]:
@@ -44,13 +38,18 @@ class LocalHead:
         self.tmp = tempfile.mkdtemp(prefix=prefix, dir="/tmp")  # short: Ray's socket paths are length-limited
         self.gcs, self.dash, self.client = free_port(), free_port(), free_port()
         self.address = f"http://127.0.0.1:{self.dash}"
-        self.env = dict(os.environ, PATH=f"{BIN}:{os.environ['PATH']}", RAY_AUTH_MODE="disabled",
+        self.env = dict(os.environ, PATH=f"{VENV_BIN}:{os.environ['PATH']}", RAY_AUTH_MODE="disabled",
                         HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
         self.env.pop("RAY_ADDRESS", None)
 
     def start(self) -> None:
-        subprocess.run([str(BIN / "ray"), *head_args(gcs=self.gcs, client=self.client, dash=self.dash, tmp=self.tmp)],
-                       env=self.env, check=True, capture_output=True, timeout=120)
+        args = head_args(gcs=self.gcs, client=self.client, dash=self.dash, tmp=self.tmp)
+        subprocess.run([str(VENV_BIN / "ray"), *args], env=self.env, check=True, capture_output=True, timeout=120)
+
+    def ray(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+        """The venv's `ray` CLI (`ray job submit ...`) with this head's environment, in the checkout."""
+        return subprocess.run([str(VENV_BIN / "ray"), *args], env=self.env, capture_output=True, text=True,
+                              timeout=timeout, cwd=REPO_ROOT)
 
     def _procs(self):
         import psutil
@@ -87,3 +86,18 @@ class LocalHead:
             except psutil.NoSuchProcess:
                 pass
         shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def retry_no_agent(submit: Callable[[], subprocess.CompletedProcess], tries: int = 12,
+                   pause_s: float = 5) -> subprocess.CompletedProcess:
+    """Run a `ray job submit` call until the head's job agent took it.
+
+    A fresh head's job agent registers a few seconds after `ray start` returns; under load that
+    exceeds the job head's fixed 10 s wait and the submit fails with "No available agent" without
+    creating the job, so it is safe to submit again."""
+    for _ in range(tries):
+        r = submit()
+        if r.returncode == 0 or "No available agent" not in r.stdout + r.stderr:
+            return r
+        time.sleep(pause_s)
+    return r

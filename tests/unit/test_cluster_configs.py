@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from support.paths import REPO_ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
-RAY_UP = sorted((ROOT / "cluster").glob("*/*.yaml"))
+RAY_UP = sorted((REPO_ROOT / "cluster").glob("*/*.yaml"))
 RAY_UP = [p for p in RAY_UP if p.parent.name in ("aws", "gcp")]
 
 # Shapes of the real targets (their Hugging Face config.json).
@@ -81,25 +81,25 @@ def test_ray_up_yaml_shape(path):
 
 
 def test_dockerfile_pins_ray_vllm_python():
-    text = (ROOT / "cluster" / "Dockerfile").read_text()
+    text = (REPO_ROOT / "cluster" / "Dockerfile").read_text()
     assert re.search(r"^FROM rayproject/ray:2\.60\.0-py311-gpu$", text, re.M)
     assert '"vllm==0.32.0"' in text and '"ray[serve,data,train]==2.60.0"' in text
     assert "pip install -e \"/home/ray/specexit[gpu]\"" in text
-    pyproject = (ROOT / "pyproject.toml").read_text()
+    pyproject = (REPO_ROOT / "pyproject.toml").read_text()
     assert '"vllm==0.32.0"' in pyproject and '"ray[serve,data,train]==2.60.0"' in pyproject  # same pins
-    ignore = (ROOT / "cluster" / "Dockerfile.dockerignore").read_text().split()
+    ignore = (REPO_ROOT / "cluster" / "Dockerfile.dockerignore").read_text().split()
     assert ".venv" in ignore and ".git" in ignore
 
 
 @pytest.mark.parametrize("folder", sorted(GPU_RECIPES))
 def test_gpu_recipes_load_and_match_the_model(folder):
-    from pipelines.common.config import load_stage_config
+    from pipelines.common.stage_cli import load_stage_config
 
     model = GPU_RECIPES[folder]
     shape = MODELS[model]
-    t = load_stage_config("traces", str(ROOT / folder / "traces.yaml"))
-    lab = load_stage_config("labels", str(ROOT / folder / "labels.yaml"))
-    tr = load_stage_config("train_draft", str(ROOT / folder / "train_draft.yaml"))
+    t = load_stage_config("traces", str(REPO_ROOT / folder / "traces.yaml"))
+    lab = load_stage_config("labels", str(REPO_ROOT / folder / "labels.yaml"))
+    tr = load_stage_config("train_draft", str(REPO_ROOT / folder / "train_draft.yaml"))
     assert t.engine.model == lab.engine.model == tr.target == model
     assert t.engine.accelerator == lab.engine.accelerator == "gpu" and tr.use_gpu is True
     # the chain: traces -> labels -> train_draft, all on shared storage
@@ -119,8 +119,8 @@ def test_gpu_recipes_load_and_match_the_model(folder):
 
 
 def test_runbook_names_existing_files():
-    text = (ROOT / "docs" / "runbook.md").read_text()
+    text = (REPO_ROOT / "docs" / "runbook.md").read_text()
     for rel in sorted(set(re.findall(r"\b((?:cluster|examples|serve_app)/[\w./-]+\.(?:yaml|md|py))\b", text))):
-        if rel == "serve_app/gpu_tp2.yaml" and not (ROOT / rel).exists():
+        if rel == "serve_app/gpu_tp2.yaml" and not (REPO_ROOT / rel).exists():
             continue  # the GPU Serve config (issue #6), written in parallel
-        assert (ROOT / rel).exists(), rel
+        assert (REPO_ROOT / rel).exists(), rel

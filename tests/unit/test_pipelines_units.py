@@ -29,9 +29,9 @@ from specexit_core.labels import label_trace
 from specexit_core.toy.task import problems
 from specexit_core.toy.tokenizer import build_tokenizer
 from specexit_core.toy.traces import make_trace
+from support.paths import REPO_ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
-EXAMPLES = sorted((ROOT / "examples").glob("*/*.yaml"))
+EXAMPLES = sorted((REPO_ROOT / "examples").glob("*/*.yaml"))
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +46,7 @@ def test_example_configs_validate(path, monkeypatch):
     from specexit_app.demo import load_demo_config
     from pipelines.evaluate.config import load_calibrate_config, load_eval_config
 
-    monkeypatch.setenv("SPECEXIT_ROOT", str(ROOT))
+    monkeypatch.setenv("SPECEXIT_ROOT", str(REPO_ROOT))
     stem = path.stem
     if stem == "demo":
         cfg = load_demo_config(path)
@@ -60,16 +60,16 @@ def test_example_configs_validate(path, monkeypatch):
 
 def test_toy_configs_chain(monkeypatch):
     monkeypatch.setenv("SPECEXIT_ROOT", "/data/x")
-    t, l, d = (load_stage_config(s, str(ROOT / "examples/toy" / f"{s}.yaml")) for s in ("traces", "labels", "train_draft"))
+    t, l, d = (load_stage_config(s, str(REPO_ROOT / "examples/toy" / f"{s}.yaml")) for s in ("traces", "labels", "train_draft"))
     assert t.output == l.input == "/data/x/runs/toy/traces"
     assert l.output == d.input == "/data/x/runs/toy/labels"
     assert d.storage_path == "/data/x/runs/ray_train"
 
 
 def test_gpu_configs_are_real_model_settings(monkeypatch):
-    monkeypatch.setenv("SPECEXIT_ROOT", str(ROOT))
-    d = load_stage_config("train_draft", str(ROOT / "examples/gpu/train_draft.yaml"))
-    t = load_stage_config("traces", str(ROOT / "examples/gpu/traces.yaml"))
+    monkeypatch.setenv("SPECEXIT_ROOT", str(REPO_ROOT))
+    d = load_stage_config("train_draft", str(REPO_ROOT / "examples/gpu/train_draft.yaml"))
+    t = load_stage_config("traces", str(REPO_ROOT / "examples/gpu/traces.yaml"))
     assert d.aux_layer_ids == (2, 18, 33) and d.draft_vocab_size == 32000 and d.use_gpu is True
     assert t.engine.model == "Qwen/Qwen3-4B-Thinking-2507"  # a hub id stays a hub id
     assert t.engine.tensor_parallel_size == 2 and t.engine.accelerator == "gpu"

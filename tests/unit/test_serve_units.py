@@ -11,13 +11,13 @@ import yaml
 from pydantic import ValidationError
 
 from serve_app.config import AppArgs, load_args
+from support.paths import REPO_ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 TOY = {"model": {"id": "m", "source": "toy:teacher", "draft": "toy:draft", "accelerator": "cpu"}}
 
 
 def yaml_args(name: str) -> dict:
-    cfg = yaml.safe_load((ROOT / "serve_app" / name).read_text())
+    cfg = yaml.safe_load((REPO_ROOT / "serve_app" / name).read_text())
     assert {"applications", "http_options"} <= set(cfg)
     (app,) = cfg["applications"]
     assert app["import_path"] == "serve_app.app:build_app"
@@ -37,7 +37,7 @@ def test_toy_cpu_yaml():
     assert cfg.placement_group_config["bundles"] == [{"CPU": 1}]
     assert cfg.engine_kwargs["speculative_config"]["model"] == a.model.draft
     assert cfg.engine_kwargs["reasoning_parser"] == "qwen3"
-    http = yaml.safe_load((ROOT / "serve_app" / "toy_cpu.yaml").read_text())["http_options"]
+    http = yaml.safe_load((REPO_ROOT / "serve_app" / "toy_cpu.yaml").read_text())["http_options"]
     assert (http["host"], http["port"]) == ("127.0.0.1", 8000)
 
 

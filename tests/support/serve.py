@@ -1,0 +1,63 @@
+"""A Serve instance for a test module: local Ray in this process, Serve's HTTP proxy on a free
+loopback port, the Serve app (serve_app.app:build_app) deployed under one or more names.
+
+    @pytest.fixture(scope="module")
+    def base():
+        with running_serve(ServeApp("specexit", args)) as url:
+            yield url
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from support.ports import free_port
+
+
+@dataclass(frozen=True)
+class ServeApp:
+    name: str
+    args: dict  # build_app's arguments: the `args:` block of a Serve config (serve_app/*.yaml)
+    route_prefix: str = "/"
+
+
+@contextmanager
+def running_serve(*apps: ServeApp, timeout: float = 300, num_cpus: int = 8) -> Iterator[str]:
+    """Start Ray + Serve, deploy `apps`, wait until every one is RUNNING, yield the base URL; shut Serve
+    and Ray down afterwards. A deployment that fails raises at once with Serve's messages.
+
+    RUNNING means the replicas started; an app may still need a first request to warm up, which is
+    each test module's own readiness probe."""
+    import ray
+    from ray import serve
+
+    from serve_app.app import build_app
+
+    port = free_port()
+    ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+    try:
+        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        for app in apps:
+            serve.run(build_app(app.args), name=app.name, route_prefix=app.route_prefix, blocking=False)
+        _wait_running([app.name for app in apps], timeout)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+
+
+def _wait_running(names: list[str], timeout: float) -> None:
+    from ray import serve
+
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        st = serve.status().applications
+        if all(st.get(a) and st[a].status == "RUNNING" for a in names):
+            return
+        if any(st.get(a) and st[a].status in ("DEPLOY_FAILED", "UNHEALTHY") for a in names):
+            raise RuntimeError({a: st[a].message for a in st})
+        time.sleep(2)
+    raise TimeoutError(f"Serve apps {names} not running after {timeout:.0f}s")
