@@ -5,6 +5,8 @@ Files: `config.json` (see DraftConfig.to_hf_json) and `model.safetensors` with
 `t2d [V]` and optionally `embed_tokens.weight` (vLLM shares the target's when it is absent).
 A SpecExit checkpoint differs from a stock EAGLE-3 one only in `fc.weight`'s 3 extra rows and the
 `specexit` block of its config; loading one as the other is an error that names the shapes.
+Every write of `config.json` goes through DraftConfig, so its fields (`token_ids`, `exit_defaults`)
+survive conversion and updates.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from specexit_core.signals import SIGNALS
+from specexit_core.exit import SIGNALS
 from specexit_core.draft.config import DraftConfig
 from specexit_core.draft.model import SpecExitDraft
 
@@ -113,10 +115,29 @@ def convert(src: str | Path, dst: str | Path, *, add_signals: bool) -> Path:
     check_shapes(new_cfg, tensors, where=f"{dst}: ")
     dst.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(dst / "model.safetensors"))
-    out_json = {k: v for k, v in cfg_json.items() if k not in ("specexit", "architectures")}
-    out_json.update({k: v for k, v in new_cfg.to_hf_json().items() if k in ("specexit", "architectures")})
-    (dst / "config.json").write_text(json.dumps(out_json, indent=2) + "\n")
+    _write_config(dst, cfg_json, new_cfg)
     for extra in src.iterdir():  # keep side files (README, training metadata)
         if extra.name not in ("config.json", "model.safetensors") and extra.is_file():
             shutil.copy2(extra, dst / extra.name)
     return dst
+
+
+def set_exit_defaults(ckpt_dir: str | Path, exit_defaults: dict | None) -> DraftConfig:
+    """Store ExitConfig overrides as the draft's `specexit.exit_defaults` (None removes them):
+    the server defaults the vLLM plugin starts from."""
+    ckpt_dir = Path(ckpt_dir)
+    cfg_json = json.loads((ckpt_dir / "config.json").read_text())
+    cfg = DraftConfig.from_hf_json(cfg_json)
+    if not cfg.signals:
+        raise ValueError(f"{ckpt_dir} is a stock EAGLE-3 draft: it has no SpecExit exit to set defaults for")
+    new_cfg = cfg.replace(exit_defaults=None if exit_defaults is None else dict(exit_defaults))
+    _write_config(ckpt_dir, cfg_json, new_cfg)
+    return new_cfg
+
+
+def _write_config(out_dir: Path, base_json: dict, cfg: DraftConfig) -> None:
+    """`config.json` = `base_json` (keys DraftConfig does not own are kept, e.g. training metadata)
+    with the `specexit` block and `architectures` that `cfg` says."""
+    out_json = {k: v for k, v in base_json.items() if k not in ("specexit", "architectures")}
+    out_json.update({k: v for k, v in cfg.to_hf_json().items() if k in ("specexit", "architectures")})
+    (out_dir / "config.json").write_text(json.dumps(out_json, indent=2) + "\n")

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Mapping, NamedTuple
 
-from specexit_core.signals import ACTIVATIONS, SIGNALS
+from specexit_core.exit import SIGNALS, ExitConfig
+from specexit_core.signals import ACTIVATIONS
 
 # vLLM picks the drafter class by this name; the SpecExit plugin registers its own class (the name
 # must start or end with "Eagle3", or vLLM renames it).
@@ -29,10 +31,17 @@ class DraftConfig:
     signals: tuple[str, ...] = SIGNALS  # () for a stock EAGLE-3 drafter
     # target-tokenizer ids the exit needs: {"think_start": id, "think_end": id, "split": [ids]}
     token_ids: dict | None = None
+    # ExitConfig overrides the vLLM plugin starts from (e.g. the calibrated setting); None: the paper's
+    exit_defaults: dict | None = None
 
     def __post_init__(self):
         if self.token_ids is not None and set(self.token_ids) != {"think_start", "think_end", "split"}:
             raise ValueError(f"token_ids needs keys think_start, think_end, split; got {sorted(self.token_ids)}")
+        if self.exit_defaults is not None:
+            try:
+                ExitConfig.from_dict(self.exit_defaults)
+            except ValueError as e:
+                raise ValueError(f"exit_defaults: {e}") from None
         if len(self.aux_layer_ids) != 3:
             raise ValueError(f"EAGLE-3 fuses 3 target layers, got aux_layer_ids={self.aux_layer_ids}")
         if len(set(self.aux_layer_ids)) != 3 or min(self.aux_layer_ids) < 0:
@@ -108,6 +117,8 @@ class DraftConfig:
             }
             if self.token_ids:
                 d["specexit"]["token_ids"] = dict(self.token_ids)
+            if self.exit_defaults is not None:
+                d["specexit"]["exit_defaults"] = dict(self.exit_defaults)
         return d
 
     @classmethod
@@ -116,7 +127,7 @@ class DraftConfig:
         ids = eagle.get("eagle_aux_hidden_state_layer_ids") or d.get("eagle_aux_hidden_state_layer_ids")
         if not ids:
             raise ValueError("draft config.json has no eagle_aux_hidden_state_layer_ids")
-        spec = d.get("specexit") or {}
+        spec = read_specexit_fields(d)
         return cls(
             hidden_size=d["hidden_size"],
             num_attention_heads=d["num_attention_heads"],
@@ -130,8 +141,9 @@ class DraftConfig:
             rms_norm_eps=d.get("rms_norm_eps", 1e-6),
             rope_theta=d.get("rope_theta") or (d.get("rope_parameters") or {}).get("rope_theta", 10000.0),
             max_position_embeddings=d.get("max_position_embeddings", 2048),
-            signals=tuple(spec.get("signals", ())),
-            token_ids=spec.get("token_ids"),
+            signals=spec.signals,
+            token_ids=spec.token_ids,
+            exit_defaults=spec.exit_defaults,
         )
 
     def to_json(self) -> dict:
@@ -143,3 +155,20 @@ class DraftConfig:
         if bad:
             raise ValueError(f"unknown DraftConfig fields {sorted(bad)}")
         return DraftConfig(**{**asdict(self), **kw})
+
+
+class SpecExitFields(NamedTuple):
+    """What a draft config says about SpecExit (its `specexit` block); empty for a stock EAGLE-3 draft."""
+    signals: tuple[str, ...]
+    token_ids: dict | None
+    exit_defaults: dict | None
+
+
+def read_specexit_fields(config: Mapping[str, Any] | Any) -> SpecExitFields:
+    """The `specexit` block of a draft config: a `config.json` mapping, or the transformers config
+    object vLLM loaded from it. The one reader of that block (`DraftConfig.from_hf_json` uses it;
+    the vLLM plugin, which only has vLLM's config object, too)."""
+    block = config.get("specexit") if isinstance(config, Mapping) else getattr(config, "specexit", None)
+    block = block or {}
+    return SpecExitFields(signals=tuple(block.get("signals", ())), token_ids=block.get("token_ids"),
+                          exit_defaults=block.get("exit_defaults"))
