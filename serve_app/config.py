@@ -12,7 +12,7 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from specexit_core.exit_policy import ExitConfig
+from specexit_core.exit import ExitConfig
 
 
 class _Strict(BaseModel):
@@ -103,7 +103,7 @@ class SpecExitArgs(_Strict):
     @field_validator("exit_defaults")
     @classmethod
     def _valid_exit(cls, v: dict) -> dict:
-        known = {f.name for f in dataclasses.fields(ExitConfig)}
+        known = set(ExitConfig.model_fields)
         unknown = sorted(set(v) - known)
         if unknown:
             raise ValueError(f"unknown SpecExit setting(s) {unknown}; known: {sorted(known)}")

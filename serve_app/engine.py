@@ -18,6 +18,7 @@ from typing import Any, AsyncGenerator, Optional
 
 from ray.llm._internal.serve.engines.vllm.vllm_engine import VLLMEngine
 
+from specexit_core.draft.config import SpecExitFields, read_specexit_fields
 from specexit_core.vllm_plugin.controls import request_exit_config, server_defaults
 
 from serve_app.telemetry import ExitEventIndex, choice_telemetry, usage_block
@@ -25,23 +26,25 @@ from serve_app.telemetry import ExitEventIndex, choice_telemetry, usage_block
 log = logging.getLogger("specexit.serve.engine")
 
 
-def _draft_specexit_block(engine_kwargs: dict) -> Optional[dict]:
+def _draft_specexit_fields(engine_kwargs: dict) -> Optional[SpecExitFields]:
+    """The SpecExit fields of the engine's draft; None without a SpecExit draft (a stock EAGLE-3
+    or remote draft: the plugin's exit hook is inactive then)."""
     spec = engine_kwargs.get("speculative_config") or {}
     draft = spec.get("model") if isinstance(spec, dict) else getattr(spec, "model", None)
     if not draft or not (Path(draft) / "config.json").exists():
         return None
-    block = json.loads((Path(draft) / "config.json").read_text()).get("specexit")
-    return block if block and block.get("signals") else None
+    fields = read_specexit_fields(json.loads((Path(draft) / "config.json").read_text()))
+    return fields if fields.signals else None
 
 
 class SpecExitVLLMEngine(VLLMEngine):
     async def start(self) -> None:
         await super().start()
         kwargs = self.llm_config.get_engine_config().engine_kwargs
-        block = _draft_specexit_block(kwargs)
+        block = _draft_specexit_fields(kwargs)
         self._specexit_active = block is not None
-        self._exit_defaults = server_defaults(block) if block else None
-        self._think_end_id = int(block["token_ids"]["think_end"]) if block else self._tokenizer_think_end()
+        self._exit_defaults = server_defaults(block.exit_defaults) if block else None
+        self._think_end_id = int(block.token_ids["think_end"]) if block else self._tokenizer_think_end()
         tdir = os.environ.get("SPECEXIT_TELEMETRY_DIR")
         self._events = ExitEventIndex(tdir) if (tdir and block) else None
         self._aborts = 0

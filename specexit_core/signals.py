@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import torch
 
-SIGNALS: tuple[str, ...] = ("confidence", "progress", "remaining")
+from specexit_core.exit.signal_names import SIGNALS
+
 ACTIVATIONS: dict[str, str] = {"confidence": "sigmoid", "progress": "sigmoid", "remaining": "expm1"}
 
 

@@ -4,7 +4,8 @@
    oracle (a graded forced answer at every paragraph break of that trace).
 2. Offline replay: the exit decision depends only on the tokens and their signals, so for every
    setting of the grid the exit break of each trace follows from the signals computed once
-   (`specexit_core.exit_policy.ExitTracker`, the code the engines run), and its accuracy from the
+   (`specexit_core.exit.replay`: the engines' `ExitTracker` records its checks once per trace and
+   alpha, the engines' `passes` judges each setting), and its accuracy from the
    forced answer probed at that break (greedy: what the engine writes after forcing `</think>` there).
 3. Pick the fewest think tokens with accuracy >= eagle3 accuracy - tolerance.
 4. Confirm the chosen setting with the real engine (specexit on the same dev problems).
@@ -22,9 +23,9 @@ import shutil
 import statistics
 import time
 from pathlib import Path
-from typing import Sequence
 
-from specexit_core.exit_policy import ExitConfig, ExitTracker
+from specexit_core.exit import ExitConfig
+from specexit_core.exit.replay import exit_checks, first_exit
 
 from pipelines.evaluate.config import CalibrateConfig
 from pipelines.evaluate.rules import best_setting
@@ -33,53 +34,15 @@ from pipelines.common.parts import read_all
 log = logging.getLogger("specexit.pipelines.calibrate")
 
 
-def smoothed_at_breaks(completion: Sequence[int], signals: Sequence[Sequence[float]], *, alpha: float,
-                       split_ids, think_start_id: int, think_end_id: int) -> list[tuple[int, int, dict]]:
-    """(token index, think tokens so far, smoothed signals the exit check sees) at every split
-    token inside the think block -- exactly what `ExitTracker` compares with the thresholds."""
-    tr = ExitTracker(ExitConfig(method="confidence", confidence_threshold=1.0, alpha=alpha),  # never exits
-                     split_token_ids=split_ids, think_start_id=think_start_id, think_end_id=think_end_id)
-    split = frozenset(split_ids)
-    out = []
-    for t, (tok, sig) in enumerate(zip(completion, signals)):
-        tr.add_signal(sig)
-        if tok in split and tr.in_think:
-            s = tr.smoothed()  # folds indices < t only: token t is not appended yet
-            tr.append(tok)
-            if s and tr.in_think:
-                out.append((t, tr.think_tokens, s))
-            continue
-        tr.append(tok)
-        if not tr.in_think and tok == think_end_id:
-            break
-    return out
-
-
-def first_exit(breaks: list[tuple[int, int, dict]], cfg: ExitConfig) -> int | None:
-    """Index of the split token after which `cfg` exits (None: no exit)."""
-    used = cfg.signals_used
-    for t, n_think, s in breaks:
-        if n_think < cfg.min_think_tokens:
-            continue
-        passes = {"confidence": s["confidence"] > cfg.confidence_threshold,
-                  "progress": s["progress"] > cfg.progress_threshold,
-                  "remaining": s["remaining"] < cfg.remaining_threshold}
-        if all(passes[k] for k in used):
-            return t
-    return None
-
-
 def grid(cfg: CalibrateConfig) -> list[ExitConfig]:
     """Every distinct setting: thresholds only vary for the signals the method string uses."""
+    values = {"confidence_threshold": cfg.confidence_thresholds, "progress_threshold": cfg.progress_thresholds,
+              "remaining_threshold": cfg.remaining_thresholds}
     out, seen = [], set()
     for m in cfg.methods:
-        used = ExitConfig(method=m).signals_used
-        axes = [cfg.confidence_thresholds if "confidence" in used else [0.8],
-                cfg.progress_thresholds if "progress" in used else [0.3],
-                cfg.remaining_thresholds if "remaining" in used else [200.0], cfg.alphas]
-        for c, p, r, a in itertools.product(*axes):
-            e = ExitConfig(method=m, confidence_threshold=c, progress_threshold=p, remaining_threshold=float(r),
-                           alpha=a)
+        axes = {f"{s}_threshold": values[f"{s}_threshold"] for s in ExitConfig(method=m).signals_used}
+        for combo in itertools.product(*axes.values(), cfg.alphas):  # unused thresholds keep their defaults
+            e = ExitConfig(method=m, alpha=combo[-1], **dict(zip(axes, combo)))
             if e not in seen:
                 seen.add(e)
                 out.append(e)
@@ -109,7 +72,7 @@ def load_traces(eval_dir: str) -> list[dict]:
 
 def replay(traces: list[dict], settings: list[ExitConfig], token_ids: dict) -> list[dict]:
     """Accuracy and mean think tokens of every setting, from the signals and probes alone."""
-    kw = dict(split_ids=token_ids["split"], think_start_id=token_ids["think_start"],
+    kw = dict(split_token_ids=token_ids["split"], think_start_id=token_ids["think_start"],
               think_end_id=token_ids["think_end"])
     cache: dict = {}
     res = []
@@ -118,7 +81,7 @@ def replay(traces: list[dict], settings: list[ExitConfig], token_ids: dict) -> l
         for i, tr in enumerate(traces):
             key = (i, s.alpha)
             if key not in cache:
-                cache[key] = smoothed_at_breaks(tr["completion"], tr["signals"], alpha=s.alpha, **kw)
+                cache[key] = exit_checks(tr["completion"], tr["signals"], alpha=s.alpha, **kw)
             t = first_exit(cache[key], s)
             if t is None or t not in tr["probes"]:
                 acc.append(tr["correct"])
@@ -131,18 +94,12 @@ def replay(traces: list[dict], settings: list[ExitConfig], token_ids: dict) -> l
 
 
 def _draft_token_ids(draft_dir: str) -> dict:
-    spec = json.loads((Path(draft_dir) / "config.json").read_text()).get("specexit") or {}
-    ids = spec.get("token_ids")
+    from specexit_core.draft.checkpoint import read_config
+
+    ids = read_config(draft_dir).token_ids
     if not ids:
         raise ValueError(f"{draft_dir}/config.json has no specexit.token_ids: not a SpecExit draft")
     return ids
-
-
-def write_exit_defaults(draft_dir: str, exit_cfg: dict) -> None:
-    p = Path(draft_dir) / "config.json"
-    d = json.loads(p.read_text())
-    d.setdefault("specexit", {})["exit_defaults"] = exit_cfg
-    p.write_text(json.dumps(d, indent=2) + "\n")
 
 
 def run_calibration(cfg: CalibrateConfig) -> dict:
@@ -196,7 +153,9 @@ def run_calibration(cfg: CalibrateConfig) -> dict:
     Path(cfg.output).parent.mkdir(parents=True, exist_ok=True)
     Path(cfg.output).write_text(json.dumps(out, indent=2) + "\n")
     if cfg.write_draft_defaults:
-        write_exit_defaults(ev.draft, chosen)
+        from specexit_core.draft.checkpoint import set_exit_defaults
+
+        set_exit_defaults(ev.draft, chosen)
     return out
 
 

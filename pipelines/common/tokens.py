@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
-# A step-split token is a single token that ends a paragraph: optional whitespace / punctuation
-# then "\n\n" (e.g. "\n\n", ".\n\n", " \n\n", ":\n\n"), as in the official SpecExit code.
-_SPLIT = re.compile(r"^[\s.,;:!?)\]]{0,2}\n\n$")
+# Step-split (paragraph-break) tokens: the one definition, shared with the engines.
+from specexit_core.exit.split_tokens import split_token_ids
 
 
 @dataclass(frozen=True)
@@ -32,19 +30,6 @@ def _single(tok, text: str, what: str) -> int:
     if len(ids) != 1:
         raise ValueError(f"{what} {text!r} is not a single token of this tokenizer (ids {ids})")
     return ids[0]
-
-
-def split_token_ids(tok, explicit: list[str] | None = None) -> tuple[int, ...]:
-    if explicit is not None:
-        return tuple(sorted({_single(tok, s, "split token") for s in explicit}))
-    found = set()
-    for token, i in tok.get_vocab().items():
-        text = tok.convert_tokens_to_string([token])
-        if _SPLIT.match(text):
-            found.add(i)
-    if not found:
-        raise ValueError("no single-token paragraph break in this tokenizer; set split_tokens in the config")
-    return tuple(sorted(found))
 
 
 def eos_ids(tok, model_dir: str | None = None) -> tuple[int, ...]:

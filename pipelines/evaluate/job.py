@@ -233,18 +233,20 @@ def toy_eval_config(*, draft: str, n: int, output: str, methods: list[str] | Non
 
 
 def _exit_used(cfg: EvalConfig) -> dict | None:
-    """The exit setting `specexit` ran with: the request overrides, else the server defaults the
-    plugin takes from the draft (its `specexit.exit_defaults`, e.g. written by calibration)."""
-    from specexit_core.vllm_plugin.controls import server_defaults
+    """The exit setting `specexit` ran with, resolved as the plugin does: the draft's
+    `exit_defaults` (e.g. written by calibration) <- $SPECEXIT_EXIT_CONFIG <- the request overrides
+    (the calibrated file or `specexit_exit`). None when the draft's config cannot be read."""
+    import os
+
+    from specexit_core.draft.checkpoint import read_config
+    from specexit_core.exit import EXIT_CONFIG_ENV, resolve_exit_config
 
     from pipelines.evaluate.worker import _specexit_overrides
 
-    over = _specexit_overrides(cfg)
-    if over is not None:
-        return over
     try:
-        spec = json.loads((Path(cfg.draft) / "config.json").read_text()).get("specexit") or {}
-        return server_defaults(spec).to_dict()
+        draft = read_config(cfg.draft)
+        return resolve_exit_config(draft.exit_defaults, os.environ.get(EXIT_CONFIG_ENV),
+                                   _specexit_overrides(cfg)).to_dict()
     except (OSError, ValueError):
         return None
 

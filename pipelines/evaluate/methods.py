@@ -21,12 +21,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from specexit_core.exit import NEVER_FIRES
 from specexit_core.labels import probe_prompts, step_boundaries
 
 from pipelines.evaluate.rules import count_think_answer, deer_confidence, dynasor_should_exit, oracle_cut
-
-NEVER_SIGNALS = {"enabled": True, "method": "confidence", "confidence_threshold": 1.0}  # only the budget fires
-
 
 @dataclass
 class Out:
@@ -233,4 +231,5 @@ def oracle_probe(gen: Gen, ids: Ids, prompt: list[int], comp: list[int], *, max_
 
 
 def budget_extra(n: int) -> dict:
-    return {**NEVER_SIGNALS, "max_think_tokens": int(n)}
+    """Request overrides for a static thinking budget of `n` tokens: only the budget can fire."""
+    return {"enabled": True, **NEVER_FIRES, "max_think_tokens": int(n)}

@@ -1,9 +1,10 @@
 """Per-token SpecExit signals along a trace, computed once (transformers target + the draft's `fc` rows).
 
-The exit decision depends only on the tokens and their signals (exit_policy's determinism contract),
-so signals computed once per EAGLE-3 trace let calibration replay any threshold setting offline,
-and the report plot the signals along a trace. Same math as the vLLM hook: the target's aux hidden
-states of each completion position -> the draft's three signal rows of `fc` -> sigmoid, sigmoid, expm1.
+The exit decision depends only on the tokens and their signals (`specexit_core.exit.policy`'s
+determinism contract), so signals computed once per EAGLE-3 trace let calibration replay any
+threshold setting offline, and the report plot the signals along a trace. Same math as the vLLM
+hook: the target's aux hidden states of each completion position -> the draft's three signal rows
+of `fc` -> sigmoid, sigmoid, expm1.
 """
 
 from __future__ import annotations

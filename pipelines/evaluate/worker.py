@@ -13,6 +13,7 @@ import json
 import os
 import time
 import traceback
+from pathlib import Path
 
 import pyarrow as pa
 
@@ -253,6 +254,7 @@ class EvalWorker:
 def _specexit_overrides(cfg) -> dict | None:
     """The `specexit` request controls: the calibrated file wins over `specexit_exit`; None = server defaults."""
     if cfg.calibrated:
-        data = json.loads(open(cfg.calibrated).read())
-        return dict(data.get("exit", data))
+        from specexit_core.exit import load_exit_overrides
+
+        return load_exit_overrides(Path(cfg.calibrated))
     return dict(cfg.specexit_exit) if cfg.specexit_exit is not None else None

@@ -107,14 +107,6 @@ def plot_latency(by_t: dict, path: Path) -> None:
     plt.close(fig)
 
 
-def _ewma(xs: list[float], alpha: float) -> list[float]:
-    out, e = [], None
-    for x in xs:
-        e = x if e is None else alpha * x + (1 - alpha) * e
-        out.append(e)
-    return out
-
-
 def pick_traces(rows: list[dict], k: int = 4) -> list[dict]:
     """Greedy problems with an eagle3 trace (with signals), a specexit and an oracle row; the ones
     with the most overthinking (eagle3 think - oracle think) first."""
@@ -128,7 +120,7 @@ def pick_traces(rows: list[dict], k: int = 4) -> list[dict]:
 
 
 def plot_signals(rows: list[dict], path: Path, exit_cfg: dict | None, split_ids: set[int] | None = None) -> int:
-    from specexit_core.exit_policy import ExitConfig
+    from specexit_core.exit import ExitConfig, ewma
 
     plt = _plt()
     ec = ExitConfig.from_dict(exit_cfg or {})
@@ -143,12 +135,12 @@ def plot_signals(rows: list[dict], path: Path, exit_cfg: dict | None, split_ids:
         xs = list(range(n))
         for ys, c, lab in ((conf, "#d62728", "confidence"), (prog, "#1f77b4", "progress")):
             ax.plot(xs, ys, color=c, alpha=0.25, lw=0.8)
-            ax.plot(xs, _ewma(ys, ec.alpha), color=c, lw=1.6, label=f"{lab} (EWMA a={ec.alpha:g})")
+            ax.plot(xs, ewma(ys, ec.alpha), color=c, lw=1.6, label=f"{lab} (EWMA a={ec.alpha:g})")
         ax.axhline(ec.confidence_threshold, color="#d62728", ls=":", lw=0.8)
         ax.axhline(ec.progress_threshold, color="#1f77b4", ls=":", lw=0.8)
         ax.set_ylim(-0.02, 1.05)
         ax2 = ax.twinx()
-        ax2.plot(xs, _ewma(rem, ec.alpha), color="#2ca02c", lw=1.4, label="remaining (EWMA, right)")
+        ax2.plot(xs, ewma(rem, ec.alpha), color="#2ca02c", lw=1.4, label="remaining (EWMA, right)")
         ax2.plot(xs, rem, color="#2ca02c", alpha=0.25, lw=0.8)
         ax2.set_ylabel("remaining tokens", fontsize=8)
         comp = e["completion_token_ids"]
@@ -241,10 +233,12 @@ def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Path
 
 
 def _split_ids(run_dir: Path) -> set[int] | None:
+    """The draft's paragraph-break ids (thin lines in the signal plot); None if unknown."""
+    from specexit_core.draft.checkpoint import read_config
+
     try:
         ident = json.loads((run_dir / "run.json").read_text())
-        cfg = json.loads((Path(ident["draft"]) / "config.json").read_text())
-        return set(cfg["specexit"]["token_ids"]["split"])
+        return set(read_config(ident["draft"]).token_ids["split"])
     except Exception:
         return None
 

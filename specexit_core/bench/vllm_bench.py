@@ -19,13 +19,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from specexit_core.exit import NEVER_FIRES, load_exit_overrides
 from specexit_core.toy.paths import DRAFT_DIR, TEACHER_DIR
 from specexit_core.toy.task import grade, problems
 from specexit_core.vllm_env import apply_cpu_defaults, toy_llm_kwargs
 from specexit_core.bench.spec_counters import SpecCounters, acceptance_length, attach
 
 log = logging.getLogger("specexit.bench")
-NEVER = {"specexit_method": "confidence", "specexit_confidence_threshold": 1.0}
 
 
 def _engine(draft_dir: Path, k: int):
@@ -101,13 +101,13 @@ def run_bench(n: int = 50, k: int = 3, max_tokens: int = 400, waves: int = 3, ex
     res: dict = {"n": n, "num_speculative_tokens": k}
     spec_args = None
     if exit_config:
-        data = json.loads(Path(exit_config).read_text())
-        spec_args = {"specexit": dict(data.get("exit", data))}
+        spec_args = {"specexit": load_exit_overrides(Path(exit_config))}
         res["specexit_exit"] = spec_args["specexit"]
     with tempfile.TemporaryDirectory() as tmp:
         stock = _engine(convert(DRAFT_DIR, Path(tmp) / "stock", add_signals=False), k)
         spec = _engine(DRAFT_DIR, k)
-        res["methods"] = _measure_all({"eagle3": (stock, None), "specexit_never_fires": (spec, NEVER),
+        never = {"specexit": dict(NEVER_FIRES)}
+        res["methods"] = _measure_all({"eagle3": (stock, None), "specexit_never_fires": (spec, never),
                                        "specexit": (spec, spec_args)}, prompts, golds, max_tokens, waves)
         for llm in (stock, spec):
             llm.llm_engine.engine_core.shutdown()

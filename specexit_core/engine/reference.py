@@ -20,25 +20,10 @@ from dataclasses import dataclass
 import torch
 
 from specexit_core.draft.model import DraftKV, SpecExitDraft
-from specexit_core.exit_policy import ExitConfig, ExitTracker
+from specexit_core.exit import ExitConfig, ExitTracker, split_token_ids
 from specexit_core.signals import activate
 from specexit_core.engine.verify import verify_greedy, verify_sampled
 from specexit_core.engine.types import AcceptanceStats, GenerationRequest, GenerationResult
-
-DEFAULT_SPLIT_TEXTS = ("\n\n", "\n\n\n", ".\n\n", ".\n\n\n", " \n\n", " \n\n\n")
-
-
-def split_token_ids(tokenizer, texts=DEFAULT_SPLIT_TEXTS) -> frozenset[int]:
-    """The paragraph-break strings that are a single token in this tokenizer."""
-    ids = set()
-    for t in texts:
-        enc = tokenizer(t, add_special_tokens=False)["input_ids"]
-        if len(enc) == 1 and enc[0] != tokenizer.unk_token_id:
-            ids.add(enc[0])
-    if not ids:
-        raise ValueError("no paragraph break is a single token in this tokenizer")
-    return frozenset(ids)
-
 
 @dataclass
 class _Seq:
@@ -57,7 +42,7 @@ class ReferenceEngine:
         self.target, self.tok, self.draft = target.eval(), tokenizer, draft
         self.k = num_speculative_tokens if draft is not None else 0
         self.exit_config = exit_config
-        self.split_ids = split_ids or split_token_ids(tokenizer)
+        self.split_ids = split_ids or frozenset(split_token_ids(tokenizer))
         self.think_start_id = tokenizer.convert_tokens_to_ids("<think>")
         self.think_end_id = tokenizer.convert_tokens_to_ids("</think>")
         self.eos_id = tokenizer.eos_token_id

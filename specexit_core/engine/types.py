@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from specexit_core.exit_policy import ExitConfig, ExitDecision
+from specexit_core.exit import ExitConfig, ExitDecision
 
 
 @dataclass

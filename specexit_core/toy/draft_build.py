@@ -122,10 +122,10 @@ def collate(traces: list[LabeledTrace], pad_id: int, eos_id: int) -> DraftBatch:
 
 
 def init_draft(target, cfg: DraftTrainConfig, traces: list[LabeledTrace], tok) -> SpecExitDraft:
-    from specexit_core.engine.reference import split_token_ids
+    from specexit_core.exit import split_token_ids
 
     token_ids = {"think_start": tok.convert_tokens_to_ids("<think>"), "think_end": tok.convert_tokens_to_ids("</think>"),
-                 "split": sorted(split_token_ids(tok))}
+                 "split": list(split_token_ids(tok))}
     dcfg = DraftConfig.for_target(target.config, aux_layer_ids=cfg.aux_layer_ids,
                                   draft_vocab_size=cfg.draft_vocab_size, token_ids=token_ids)
     draft = SpecExitDraft(dcfg)

@@ -9,16 +9,14 @@ the OpenAI server answers 400 and the engine never sees them.
 
 from __future__ import annotations
 
-import json
 import os
-from dataclasses import fields
 from typing import Any, Mapping
 
-from specexit_core.exit_policy import ExitConfig
+from specexit_core.exit import EXIT_CONFIG_ENV, ExitConfig, resolve_exit_config
 
 PREFIX = "specexit_"
 KEY = "specexit"
-FIELDS = tuple(f.name for f in fields(ExitConfig))
+FIELDS = tuple(ExitConfig.model_fields)
 _BOOL_WORDS = {"on": True, "off": False, "true": True, "false": False, "1": True, "0": False}
 
 
@@ -73,18 +71,11 @@ def request_exit_config(extra_args: Mapping[str, Any] | None, defaults: ExitConf
     return defaults.with_overrides(overrides_from_extra_args(extra_args))
 
 
-def server_defaults(draft_specexit_block: Mapping[str, Any] | None = None) -> ExitConfig:
-    """Defaults: ExitConfig() <- the draft's `specexit.exit_defaults` <- $SPECEXIT_EXIT_CONFIG
-    (a JSON object, or a path to a JSON file such as the one `specexit calibrate` writes)."""
-    cfg = ExitConfig()
-    if draft_specexit_block and draft_specexit_block.get("exit_defaults"):
-        cfg = cfg.with_overrides(draft_specexit_block["exit_defaults"])
-    env = os.environ.get("SPECEXIT_EXIT_CONFIG")
-    if env:
-        text = env if env.lstrip().startswith("{") else open(env).read()
-        data = json.loads(text)
-        cfg = cfg.with_overrides(data.get("exit", data))
-    return cfg
+def server_defaults(draft_exit_defaults: Mapping[str, Any] | None = None) -> ExitConfig:
+    """This server's defaults: ExitConfig() <- the draft's `exit_defaults` <- $SPECEXIT_EXIT_CONFIG
+    (a JSON object, or a path to a JSON file such as the one `specexit calibrate` writes).
+    Requests override them (`request_exit_config`)."""
+    return resolve_exit_config(draft_exit_defaults, os.environ.get(EXIT_CONFIG_ENV))
 
 
 def install_request_validation() -> None:

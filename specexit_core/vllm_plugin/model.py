@@ -12,20 +12,22 @@ from vllm.model_executor.layers.linear import ReplicatedLinear
 from vllm.model_executor.models.llama_eagle3 import Eagle3LlamaForCausalLM
 from vllm.model_executor.models.utils import maybe_prefix
 
-N_SIGNALS = 3
+from specexit_core.draft.config import read_specexit_fields
+from specexit_core.exit import SIGNALS
 
 
 class SpecExitEagle3LlamaForCausalLM(Eagle3LlamaForCausalLM):
     def __init__(self, *, vllm_config: VllmConfig, prefix: str = ""):
         super().__init__(vllm_config=vllm_config, prefix=prefix)
-        spec = getattr(self.config, "specexit", None) or {}
-        if list(spec.get("signals", [])) != ["confidence", "progress", "remaining"]:
-            raise ValueError(f"{type(self).__name__} needs a SpecExit draft config (specexit.signals); got {spec!r}")
+        spec = read_specexit_fields(self.config)
+        if spec.signals != SIGNALS:
+            raise ValueError(f"{type(self).__name__} needs a SpecExit draft config (specexit.signals = "
+                             f"{list(SIGNALS)}); got {getattr(self.config, 'specexit', None)!r}")
         inner = self.model
         self.hidden_size = self.config.hidden_size
         inner.fc = ReplicatedLinear(
             input_size=inner.fc_input_size,
-            output_size=self.hidden_size + N_SIGNALS,
+            output_size=self.hidden_size + len(SIGNALS),
             bias=False,
             params_dtype=vllm_config.model_config.dtype,
             quant_config=None,

@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from specexit_core.exit_policy import ExitConfig, ExitDecision, ExitTracker
+from specexit_core.draft.config import read_specexit_fields
+from specexit_core.exit import ExitConfig, ExitDecision, ExitTracker
 from specexit_core.vllm_plugin.controls import request_exit_config, server_defaults
 from specexit_core.vllm_plugin.metrics import SpecExitMetrics
 
@@ -54,14 +55,14 @@ class SpecExitRunnerState:
 
     def __init__(self, runner, drafter_model):
         self.model = drafter_model
-        spec = dict(getattr(drafter_model.config, "specexit", None) or {})
-        ids = spec.get("token_ids") or {}
+        spec = read_specexit_fields(drafter_model.config)
+        ids = spec.token_ids or {}
         missing = [k for k in ("think_start", "think_end", "split") if k not in ids]
         if missing:
             raise ValueError(f"SpecExit draft config lacks specexit.token_ids {missing}")
         self.think_start, self.think_end = int(ids["think_start"]), int(ids["think_end"])
         self.split_ids = frozenset(int(t) for t in ids["split"])
-        self.defaults = server_defaults(spec)
+        self.defaults = server_defaults(spec.exit_defaults)
         self.reqs: dict[str, _ReqState] = {}
         self.counters = {"requests": 0, "exits": 0, "think_tokens": 0, "steps": 0}
         self.metrics = SpecExitMetrics()

@@ -18,7 +18,8 @@ pytestmark = pytest.mark.vllm
 
 
 def test_calibrate_writes_a_config_the_plugin_reads(tmp_path, monkeypatch):
-    from specexit_core.exit_policy import ExitConfig
+    from specexit_core.draft.checkpoint import read_config
+    from specexit_core.exit import ExitConfig
     from specexit_core.toy.paths import DRAFT_DIR
     from specexit_core.vllm_plugin.controls import request_exit_config, server_defaults
 
@@ -46,6 +47,5 @@ def test_calibrate_writes_a_config_the_plugin_reads(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECEXIT_EXIT_CONFIG", str(tmp_path / "calibrated.json"))
     assert server_defaults() == chosen
     monkeypatch.delenv("SPECEXIT_EXIT_CONFIG")
-    spec = json.loads((draft / "config.json").read_text())["specexit"]
-    assert server_defaults(spec) == chosen
+    assert server_defaults(read_config(draft).exit_defaults) == chosen
     assert request_exit_config({"specexit": out["exit"]}, ExitConfig()) == chosen

@@ -6,7 +6,7 @@ import torch
 from specexit_core.draft.checkpoint import load_draft
 from specexit_core.engine.reference import ReferenceEngine
 from specexit_core.engine.types import GenerationRequest
-from specexit_core.exit_policy import ExitConfig, decide
+from specexit_core.exit import ExitConfig, decide
 from specexit_core.toy.teacher_eval import prompt_ids
 from specexit_core.toy.paths import DRAFT_DIR
 from specexit_core.toy.task import extract_answer, grade, problems

@@ -11,7 +11,7 @@ import pytest
 from specexit_core.draft.checkpoint import convert
 from specexit_core.engine.reference import ReferenceEngine
 from specexit_core.engine.types import GenerationRequest
-from specexit_core.exit_policy import ExitConfig
+from specexit_core.exit import ExitConfig
 from specexit_core.toy.teacher_eval import prompt_ids
 from specexit_core.toy.paths import DRAFT_DIR, TEACHER_DIR
 from specexit_core.toy.task import problems

@@ -7,13 +7,14 @@ import random
 
 import pytest
 
-from pipelines.calibrate.job import first_exit, grid, smoothed_at_breaks
+from pipelines.calibrate.job import grid
 from pipelines.evaluate.config import CalibrateConfig, EvalConfig, load_eval_config
 from pipelines.evaluate.rules import (best_setting, count_think_answer, deer_confidence, deer_should_exit,
                                   dynasor_should_exit, hedges, oracle_cut)
 from pipelines.evaluate.job import aggregate, target_checks, tally_problems
 from pipelines.report.job import pareto_front
-from specexit_core.exit_policy import ExitConfig, decide
+from specexit_core.exit import ExitConfig, decide
+from specexit_core.exit.replay import exit_checks, first_exit
 
 
 def test_deer_confidence_means():
@@ -92,18 +93,27 @@ def test_aggregate_targets_and_tally():
 
 
 def test_replay_matches_decide():
-    """The calibration replay takes exactly the decision the engines take (exit_policy.decide)."""
+    """The calibration replay takes exactly the decision the engines take (specexit_core.exit.decide)."""
     rng = random.Random(0)
-    split, ts, te = {5}, 100, 101
+    ids = dict(split_token_ids={5}, think_start_id=100, think_end_id=101)
+    exits = 0
     for _ in range(30):
-        comp = [rng.choice([1, 2, 3, 5]) for _ in range(rng.randint(5, 60))] + [te, 7, 8]
+        comp = [rng.choice([1, 2, 3, 5]) for _ in range(rng.randint(5, 60))] + [101, 5, 8]
         sigs = [(rng.random(), rng.random(), rng.random() * 100) for _ in comp]
         for cfg in [ExitConfig(), ExitConfig(method="progress", progress_threshold=0.5, alpha=0.3),
-                    ExitConfig(method="confidence_remain", confidence_threshold=0.55, remaining_threshold=60, alpha=0.5)]:
-            want = decide(comp, sigs, cfg, split_token_ids=split, think_start_id=ts, think_end_id=te)
-            breaks = smoothed_at_breaks(comp, sigs, alpha=cfg.alpha, split_ids=split, think_start_id=ts, think_end_id=te)
-            got = first_exit(breaks, cfg)
+                    ExitConfig(method="confidence_remain", confidence_threshold=0.55, remaining_threshold=60, alpha=0.5),
+                    ExitConfig(method="progress", progress_threshold=0.4, min_think_tokens=20),
+                    ExitConfig(enabled=False)]:
+            want = decide(comp, sigs, cfg, **ids)
+            got = first_exit(exit_checks(comp, sigs, alpha=cfg.alpha, **ids), cfg)
             assert got == (want.index if want else None)
+            exits += got is not None
+    assert exits > 20  # the cases do exit
+
+
+def test_replay_refuses_a_budget():
+    with pytest.raises(ValueError, match="max_think_tokens"):
+        first_exit([], ExitConfig(max_think_tokens=10))
 
 
 def test_grid_dedupes_unused_thresholds():

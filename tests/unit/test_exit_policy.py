@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from specexit_core.exit_policy import SIGNALS, ExitConfig, ExitDecision, ExitTracker, decide
+from specexit_core.exit import SIGNALS, ExitConfig, ExitDecision, ExitTracker, decide
 
 START, END, SPLIT = 100, 101, frozenset({5, 6})
 IDS = dict(split_token_ids=SPLIT, think_start_id=START, think_end_id=END)

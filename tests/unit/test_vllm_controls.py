@@ -2,7 +2,7 @@
 
 import pytest
 
-from specexit_core.exit_policy import ExitConfig
+from specexit_core.exit import ExitConfig
 from specexit_core.vllm_plugin.controls import overrides_from_extra_args, request_exit_config, server_defaults
 from specexit_core.vllm_plugin.version import check_vllm_version, is_supported
 
@@ -43,16 +43,28 @@ def test_no_args_no_overrides():
     assert overrides_from_extra_args(None) == {} and overrides_from_extra_args({"x": 1}) == {}
 
 
-def test_server_defaults_from_draft_block_and_env(monkeypatch, tmp_path):
-    assert server_defaults({"exit_defaults": {"confidence_threshold": 0.7}}).confidence_threshold == 0.7
+def test_server_defaults_from_draft_defaults_and_env(monkeypatch, tmp_path):
+    monkeypatch.delenv("SPECEXIT_EXIT_CONFIG", raising=False)
+    assert server_defaults({"confidence_threshold": 0.7}).confidence_threshold == 0.7
+    assert server_defaults(None) == ExitConfig()
     f = tmp_path / "exit.json"
     f.write_text('{"exit": {"remaining_threshold": 50}}')
     monkeypatch.setenv("SPECEXIT_EXIT_CONFIG", str(f))
-    cfg = server_defaults({"exit_defaults": {"confidence_threshold": 0.7}})
+    cfg = server_defaults({"confidence_threshold": 0.7})
     assert cfg.confidence_threshold == 0.7 and cfg.remaining_threshold == 50
     monkeypatch.setenv("SPECEXIT_EXIT_CONFIG", '{"bogus": 1}')
-    with pytest.raises(ValueError, match="bogus"):
+    with pytest.raises(ValueError, match="SPECEXIT_EXIT_CONFIG: unknown exit config key.*bogus"):
         server_defaults()
+
+
+def test_bad_control_messages_are_one_clear_line():
+    """They become the OpenAI server's HTTP 400 text: no pydantic framing, the field and the rule."""
+    with pytest.raises(ValueError) as e:
+        request_exit_config({"specexit_alpha": 2}, ExitConfig())
+    assert str(e.value) == "alpha must be in (0, 1], got 2.0"
+    with pytest.raises(ValueError) as e:
+        request_exit_config({"specexit": {"min_think_tokens": 9, "max_think_tokens": 3}}, ExitConfig())
+    assert str(e.value) == "max_think_tokens (3) must be >= min_think_tokens (9)"
 
 
 def test_version_gate():
