@@ -10,7 +10,8 @@ import torch
 
 from specexit_core.exit.signal_names import SIGNALS
 
-ACTIVATIONS: dict[str, str] = {"confidence": "sigmoid", "progress": "sigmoid", "remaining": "expm1"}
+# per signal, in SIGNALS order (= the order of the fc rows); written into the draft's config.json
+ACTIVATIONS: dict[str, str] = dict(zip(SIGNALS, ("sigmoid", "sigmoid", "expm1")))
 
 
 def activate(raw: torch.Tensor) -> torch.Tensor:

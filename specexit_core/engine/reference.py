@@ -38,10 +38,10 @@ class _Seq:
 
 class ReferenceEngine:
     def __init__(self, target, tokenizer, draft: SpecExitDraft | None = None, *, num_speculative_tokens: int = 3,
-                 exit_config: ExitConfig = ExitConfig(), split_ids: frozenset[int] | None = None):
+                 exit_config: ExitConfig | None = None, split_ids: frozenset[int] | None = None):
         self.target, self.tok, self.draft = target.eval(), tokenizer, draft
         self.k = num_speculative_tokens if draft is not None else 0
-        self.exit_config = exit_config
+        self.exit_config = exit_config if exit_config is not None else ExitConfig()
         self.split_ids = split_ids or frozenset(split_token_ids(tokenizer))
         self.think_start_id = tokenizer.convert_tokens_to_ids("<think>")
         self.think_end_id = tokenizer.convert_tokens_to_ids("</think>")

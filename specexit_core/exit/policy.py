@@ -17,8 +17,8 @@ from __future__ import annotations
 import copy
 import math
 from collections import deque
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Sequence
 
 from specexit_core.exit.settings import ExitConfig
 from specexit_core.exit.signal_names import SIGNALS
@@ -70,7 +70,7 @@ class ExitTracker:
         self._applied = 0                 # indices < this are folded into the EWMA
         self._ewma: list[float] | None = None
 
-    def fork(self) -> "ExitTracker":
+    def fork(self) -> ExitTracker:
         """A cheap independent copy, for hypothetical look-ahead over draft tokens."""
         c = copy.copy(self)
         c._pending = dict(self._pending)

@@ -9,7 +9,7 @@ alpha then exits at the first recorded check that `first_exit` finds passing -- 
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from specexit_core.exit.policy import ExitCheck, ExitTracker
 from specexit_core.exit.settings import NEVER_FIRES, ExitConfig

@@ -8,9 +8,10 @@ reference engine all read the settings from here.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
 from pydantic import ConfigDict, ValidationError, field_validator, model_validator
 
@@ -42,7 +43,7 @@ class ExitConfig(StrictModel):
     """Early-exit settings; defaults are the paper's.  ``enabled=False`` turns off
     everything, the ``max_think_tokens`` budget included, so "off" means plain decoding."""
 
-    model_config = ConfigDict(**StrictModel.model_config, frozen=True)
+    model_config = ConfigDict(frozen=True)  # merged with StrictModel's (extra="forbid", ...)
 
     enabled: bool = True
     method: str = "confidence_progress_remain"
@@ -117,7 +118,7 @@ class ExitConfig(StrictModel):
         return v
 
     @model_validator(mode="after")
-    def _budget_after_minimum(self) -> "ExitConfig":
+    def _budget_after_minimum(self) -> ExitConfig:
         if self.max_think_tokens is not None and self.max_think_tokens < self.min_think_tokens:
             raise ValueError(f"max_think_tokens ({self.max_think_tokens}) must be >= "
                              f"min_think_tokens ({self.min_think_tokens})")
@@ -129,10 +130,10 @@ class ExitConfig(StrictModel):
         return parse_method(self.method)
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "ExitConfig":
+    def from_dict(cls, d: Mapping[str, Any]) -> ExitConfig:
         return cls().with_overrides(d)
 
-    def with_overrides(self, d: Mapping[str, Any] | None) -> "ExitConfig":
+    def with_overrides(self, d: Mapping[str, Any] | None) -> ExitConfig:
         """A copy with the keys of ``d`` replaced (per-request overrides from HTTP), re-validated.
         Errors are plain ValueErrors with one clear sentence per problem: the vLLM plugin and the
         Serve front end answer HTTP 400 with them."""

@@ -6,7 +6,7 @@ by the report's signal plots.
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 
 def ewma_step(prev: float | None, value: float, alpha: float) -> float:

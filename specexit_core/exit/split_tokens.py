@@ -20,7 +20,7 @@ official list.
 from __future__ import annotations
 
 import re
-from typing import Iterable
+from collections.abc import Iterable
 
 OFFICIAL_SPLIT_TEXTS = ("\n\n", "\n\n\n", ".\n\n", ".\n\n\n", " \n\n", " \n\n\n")
 

@@ -7,8 +7,17 @@ import math
 import pytest
 from pydantic import ValidationError
 
-from specexit_core.exit import (EXIT_CONFIG_ENV, NEVER_FIRES, SIGNALS, ExitConfig, decide, ewma, ewma_step,
-                                load_exit_overrides, resolve_exit_config)
+from specexit_core.exit import (
+    EXIT_CONFIG_ENV,
+    NEVER_FIRES,
+    SIGNALS,
+    ExitConfig,
+    decide,
+    ewma,
+    ewma_step,
+    load_exit_overrides,
+    resolve_exit_config,
+)
 from specexit_core.typed_config import StrictModel
 
 IDS = dict(split_token_ids={5}, think_start_id=100, think_end_id=101)
@@ -89,3 +98,14 @@ def test_signal_names_have_one_home():
     from specexit_core import signals
 
     assert signals.SIGNALS is SIGNALS and list(signals.ACTIVATIONS) == list(SIGNALS)
+
+
+def test_the_exit_package_is_pure_python():
+    """The Serve front end and the request validation import it: no torch, no vLLM, no Ray."""
+    import subprocess
+    import sys
+
+    code = ("import sys, specexit_core.exit, specexit_core.exit.replay; "
+            "print(sorted(m for m in ('torch', 'vllm', 'ray', 'transformers') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
