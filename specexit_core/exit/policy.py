@@ -68,14 +68,14 @@ class ExitTracker:
         self._pending: dict[int, tuple[float, ...]] = {}  # signals not yet folded in
         self._is_think: deque[bool] = deque()  # per token in [_applied, _n_tokens)
         self._applied = 0                 # indices < this are folded into the EWMA
-        self._ewma: list[float] | None = None
+        self._average: list[float] | None = None  # per signal, the EWMA over the think tokens so far
 
     def fork(self) -> ExitTracker:
         """A cheap independent copy, for hypothetical look-ahead over draft tokens."""
         c = copy.copy(self)
         c._pending = dict(self._pending)
         c._is_think = deque(self._is_think)
-        c._ewma = None if self._ewma is None else list(self._ewma)
+        c._average = None if self._average is None else list(self._average)
         return c
 
     @property
@@ -97,7 +97,7 @@ class ExitTracker:
     def smoothed(self) -> dict[str, float]:
         """Current EWMA over the think tokens whose token and signals are both known."""
         self._advance()
-        return {} if self._ewma is None else dict(zip(SIGNALS, self._ewma))
+        return {} if self._average is None else dict(zip(SIGNALS, self._average))
 
     def add_signal(self, values: Sequence[float]) -> None:
         """Signals (confidence, progress, remaining) of the next token index."""
@@ -149,8 +149,8 @@ class ExitTracker:
         while self._is_think and self._applied in self._pending:
             vals = self._pending.pop(self._applied)
             if self._is_think.popleft():  # signals of non-think tokens are not smoothed
-                prev = self._ewma or (None,) * len(vals)
-                self._ewma = [ewma_step(e, x, a) for e, x in zip(prev, vals)]
+                prev = self._average or (None,) * len(vals)
+                self._average = [ewma_step(e, x, a) for e, x in zip(prev, vals)]
             self._applied += 1
 
     def _check_signals(self, t: int) -> None:
@@ -160,9 +160,9 @@ class ExitTracker:
                 f"exit check at split token {t} needs the signals of all earlier tokens, but those "
                 f"of token {self._applied} are missing (contract: add_signal for every index < t "
                 f"before append of token t)")
-        if self._ewma is None:
+        if self._average is None:
             return  # no think-token signal yet: nothing to judge on
-        s = dict(zip(SIGNALS, self._ewma))
+        s = dict(zip(SIGNALS, self._average))
         if self._on_check is not None:
             self._on_check(ExitCheck(t, self._think_tokens, s))
         if passes(s, self.cfg):

@@ -103,7 +103,7 @@ def test_unknown_override_keys_are_listed_with_the_known_ones():
 
 # -- tracker: EWMA and rules --------------------------------------------------
 
-def test_ewma_hand_computed():
+def test_smoothing_hand_computed():
     tr = ExitTracker(ExitConfig(alpha=0.5), **IDS)
     assert tr.smoothed() == {}
     seen = []

@@ -88,7 +88,7 @@ def test_resolve_layers_draft_env_request(tmp_path):
         resolve_exit_config(None, '{"alfa": 0.1}')
 
 
-def test_one_ewma_step():
+def test_one_smoothing_step():
     assert ewma_step(None, 3.0, 0.1) == 3.0 and ewma_step(2.0, 4.0, 0.5) == 3.0
     assert ewma([1.0, 0.0, 0.0], 0.5) == [1.0, 0.5, 0.25] and ewma([], 0.3) == []
     assert math.isclose(ewma([0.0, 10.0], 0.1)[-1], 1.0)
