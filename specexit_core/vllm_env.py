@@ -19,13 +19,32 @@ def is_cpu_build() -> bool:
         return False
 
 
-def apply_cpu_defaults(kv_cache_gib: int = 1) -> None:
-    """Idempotent; explicit user settings win."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_gib))
+KV_CACHE_ENV = "VLLM_CPU_KVCACHE_SPACE"  # GiB of KV cache: the default memory check fails on small VMs
+THREADS_BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"  # cores the engine's OpenMP threads are pinned to
+
+
+def all_cores_bind() -> str:
+    """VLLM_CPU_OMP_THREADS_BIND for every core of this machine (faster than pinning to core 0)."""
     ncpu = os.cpu_count() or 1
-    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"0-{ncpu - 1}" if ncpu > 1 else "0")
+    return f"0-{ncpu - 1}" if ncpu > 1 else "0"
+
+
+def cpu_engine_env(kv_cache_gib: int = 1, threads_bind: str | None = None) -> dict[str, str]:
+    """The environment a vLLM CPU engine needs, for a process that starts one elsewhere (a Ray
+    actor, a Serve replica): the KV cache size, and the thread binding when one is given (None:
+    leave it to the engine's own machine, see `apply_cpu_defaults`)."""
+    env = {KV_CACHE_ENV: str(kv_cache_gib)}
+    if threads_bind:
+        env[THREADS_BIND_ENV] = threads_bind
+    return env
+
+
+def apply_cpu_defaults(kv_cache_gib: int = 1) -> None:
+    """This process's CPU defaults, before it starts an engine. Idempotent; explicit user settings win."""
+    defaults = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+                **cpu_engine_env(kv_cache_gib, all_cores_bind())}
+    for k, v in defaults.items():
+        os.environ.setdefault(k, v)
 
 
 def toy_llm_kwargs(model_dir: str, **overrides) -> dict:

@@ -2,30 +2,42 @@
 
 from __future__ import annotations
 
-from collections import Counter
-from typing import Iterable
+from collections.abc import Iterable
 
+import numpy as np
 import torch
 
 
 def build_draft_vocab(
     sequences: Iterable[Iterable[int]], vocab_size: int, draft_vocab_size: int, always: Iterable[int] = ()
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Returns (d2t [N] long: target_id - draft_id, t2d [V] bool: target token is in the draft vocab).
-
-    `always` (e.g. `</think>`, the paragraph break, EOS) is included whatever its frequency.
-    Ties break by token id so the result is deterministic.
-    """
-    counts: Counter[int] = Counter()
+    """`draft_vocab_from_counts` on the token counts of `sequences` (ids >= vocab_size are ignored)."""
+    counts = np.zeros(vocab_size, dtype=np.int64)
     for seq in sequences:
-        counts.update(int(t) for t in seq)
-    forced = sorted(set(int(t) for t in always))
-    ranked = [t for t, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])) if t not in forced]
-    # pad with unseen ids so the vocab is always exactly N
-    rest = [t for t in range(vocab_size) if t not in counts and t not in forced]
-    chosen = sorted((forced + ranked + rest)[:draft_vocab_size])
-    if len(chosen) < draft_vocab_size:
+        ids = np.fromiter((int(t) for t in seq), dtype=np.int64)
+        counts += np.bincount(ids[ids < vocab_size], minlength=vocab_size)
+    return draft_vocab_from_counts(counts, draft_vocab_size, always)
+
+
+def draft_vocab_from_counts(counts, draft_vocab_size: int, always: Iterable[int] = ()
+                            ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Returns (d2t [N] long: target_id - draft_id, t2d [V] bool: target token is in the draft vocab)
+    from `counts[token_id]` over V = len(counts) target tokens.
+
+    `always` (e.g. `</think>`, the paragraph break, EOS) is included whatever its frequency; then
+    the most frequent tokens, ties broken by id; then unseen ids, so the vocab is always exactly N.
+    Deterministic. (The Ray job counts with Ray Data and calls this on the summed counts.)
+    """
+    counts = np.asarray(counts, dtype=np.int64)
+    vocab_size = len(counts)
+    if draft_vocab_size > vocab_size:
         raise ValueError(f"draft_vocab_size {draft_vocab_size} > vocab_size {vocab_size}")
+    forced = sorted({int(t) for t in always})
+    skip = set(forced)
+    seen = np.nonzero(counts)[0]
+    ranked = [int(t) for t in seen[np.lexsort((seen, -counts[seen]))] if int(t) not in skip]
+    rest = [int(t) for t in np.nonzero(counts == 0)[0] if int(t) not in skip]
+    chosen = sorted((forced + ranked + rest)[:draft_vocab_size])
     target_ids = torch.tensor(chosen, dtype=torch.long)
     d2t = target_ids - torch.arange(draft_vocab_size)
     t2d = torch.zeros(vocab_size, dtype=torch.bool)

@@ -8,30 +8,34 @@ load them in float32 for parity between transformers and vLLM.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import math
 import random
 import time
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
+from pydantic import ConfigDict, Field
 
 from specexit_core.toy.model import TeacherArch
 from specexit_core.toy.task import iter_problems
 from specexit_core.toy.tokenizer import build_tokenizer
 from specexit_core.toy.traces import TraceStyle, make_trace
+from specexit_core.typed_config import StrictModel, load_config
 
 log = logging.getLogger("specexit.toy.build")
 
 
-@dataclass(frozen=True)
-class BuildConfig:
+class BuildConfig(StrictModel):
+    """The teacher's training recipe (`specexit toy build --config FILE`, and `build_config.json`
+    next to the weights). Frozen: one recipe per build."""
+
+    model_config = ConfigDict(frozen=True)
+
     seed: int = 0
-    arch: TeacherArch = field(default_factory=TeacherArch)
-    style: TraceStyle = field(default_factory=TraceStyle)
+    arch: TeacherArch = Field(default_factory=TeacherArch)
+    style: TraceStyle = Field(default_factory=TraceStyle)
     steps: int = 1000
     batch_size: int = 64
     lr: float = 3e-3
@@ -45,18 +49,12 @@ class BuildConfig:
     log_every: int = 50
 
     def to_json(self) -> dict:
-        return asdict(self)
+        return self.model_dump()
 
     @classmethod
-    def from_json(cls, d: dict) -> "BuildConfig":
-        d = dict(d)
-        arch = TeacherArch(**d.pop("arch", {}))
-        style = TraceStyle(**d.pop("style", {}))
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(d) - known
-        if unknown:
-            raise ValueError(f"unknown BuildConfig keys: {sorted(unknown)}")
-        return cls(arch=arch, style=style, **d)
+    def from_json(cls, d: dict) -> BuildConfig:
+        """Raises ConfigError (a ValueError) naming unknown keys, also inside `arch` and `style`."""
+        return load_config(cls, raw=d)
 
 
 def chat_prompt(tok, user: str) -> str:

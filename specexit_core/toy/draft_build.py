@@ -22,6 +22,7 @@ from specexit_core.draft.model import SpecExitDraft
 from specexit_core.draft.vocab import build_draft_vocab
 from specexit_core.labels import TraceLabels, label_trace, probe_prompts, step_boundaries
 from specexit_core.signals import activate
+from specexit_core.training.collate import SIGNAL_LABELS, collate
 from specexit_core.training.loss import LossConfig
 from specexit_core.training.metrics import signal_metrics
 from specexit_core.training.step import DraftBatch, SpecExitObjective, train_step
@@ -101,24 +102,9 @@ def make_traces(model, tok, split: str, n: int, cfg: DraftTrainConfig, seed: int
     ]
 
 
-def collate(traces: list[LabeledTrace], pad_id: int, eos_id: int) -> DraftBatch:
-    seqs = [t.prompt + t.completion + [eos_id] for t in traces]
-    n = max(map(len, seqs))
-    b = len(seqs)
-    z = lambda dt=torch.float32: torch.zeros((b, n), dtype=dt)  # noqa: E731
-    ids, att, lm = torch.full((b, n), pad_id, dtype=torch.long), z(torch.long), z()
-    conf, prog, lrem, mask = z(), z(), z(), z(torch.bool)
-    for r, (t, s) in enumerate(zip(traces, seqs)):
-        p, c = len(t.prompt), len(t.completion)
-        ids[r, : len(s)] = torch.tensor(s)
-        att[r, : len(s)] = 1
-        lm[r, p : len(s)] = 1
-        lab = t.labels
-        conf[r, p : p + c] = torch.from_numpy(lab.confidence)
-        prog[r, p : p + c] = torch.from_numpy(lab.progress)
-        lrem[r, p : p + c] = torch.from_numpy(lab.log_remaining)
-        mask[r, p : p + c] = torch.from_numpy(lab.mask)
-    return DraftBatch(ids, att, lm, conf, prog, lrem, mask)
+def draft_batch(traces: list[LabeledTrace], pad_id: int, eos_id: int) -> DraftBatch:
+    labels = {k: [getattr(t.labels, k) for t in traces] for k in SIGNAL_LABELS}
+    return collate([t.prompt for t in traces], [t.completion for t in traces], labels, pad_id=pad_id, eos_id=eos_id)
 
 
 def init_draft(target, cfg: DraftTrainConfig, traces: list[LabeledTrace], tok) -> SpecExitDraft:
@@ -177,7 +163,7 @@ def train_toy_draft(cfg: DraftTrainConfig, teacher_dir: Path, out_dir: Path) -> 
         lr = cfg.lr * min(1.0, (step + 1) / cfg.warmup_steps) * 0.5 * (1 + np.cos(np.pi * step / cfg.steps))
         for g in opt.param_groups:
             g["lr"] = lr
-        batch = collate(rng.sample(train, cfg.batch_size), tok.pad_token_id, tok.eos_token_id)
+        batch = draft_batch(rng.sample(train, cfg.batch_size), tok.pad_token_id, tok.eos_token_id)
         logs = train_step(obj, opt, target, batch)
         if (step + 1) % cfg.log_every == 0 or step == 0:
             log.info("step %d/%d loss %.3f token_loss %.3f acc0 %.2f acc2 %.2f confidence_loss %.3f progress_loss %.3f "
