@@ -13,17 +13,17 @@ from typing import Any
 
 from fastapi.exceptions import RequestValidationError
 from ray import serve
-from ray.llm._internal.serve.core.configs.openai_api_models import to_model_metadata
-from ray.llm._internal.serve.core.ingress.ingress import init as init_fastapi
-from ray.llm._internal.serve.core.ingress.ingress import make_fastapi_ingress
 from ray.serve.deployment import Application
 from ray.serve.llm import LLMConfig, build_llm_deployment
+from ray.serve.llm.ingress import make_fastapi_ingress
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from serve_app.auth import BearerAuthMiddleware
 from serve_app.config import AppArgs, load_args
 from serve_app.ingress import SpecExitIngress, http_error_handler, validation_error_handler
+from serve_app.ray_llm import init_fastapi, to_model_metadata
 from serve_app.server import SpecExitLLMServer
+from specexit_core.vllm_env import cpu_engine_env
 
 
 def engine_kwargs(a: AppArgs) -> dict[str, Any]:
@@ -43,10 +43,9 @@ def engine_kwargs(a: AppArgs) -> dict[str, Any]:
 def llm_config(a: AppArgs) -> LLMConfig:
     m = a.model
     env = dict(m.env)
-    if m.accelerator == "cpu":
-        env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(m.cpu.kv_cache_gib))
-        if m.cpu.omp_threads_bind:
-            env.setdefault("VLLM_CPU_OMP_THREADS_BIND", m.cpu.omp_threads_bind)
+    if m.accelerator == "cpu":  # no binding given: the replica binds its own node's cores (server.py)
+        for k, v in cpu_engine_env(m.cpu.kv_cache_gib, m.cpu.omp_threads_bind).items():
+            env.setdefault(k, v)
     if a.specexit.exit_defaults:
         env["SPECEXIT_EXIT_CONFIG"] = json.dumps(a.specexit.exit_defaults)
     if a.specexit.telemetry_dir:

@@ -21,8 +21,6 @@ import time
 import uuid
 from pathlib import Path
 
-import yaml
-
 
 def _pct(xs: list[float], q: float) -> float:
     xs = sorted(xs)
@@ -126,12 +124,12 @@ def main(argv=None) -> dict:
     ap.add_argument("--json", action="store_true", help="print only the JSON result")
     a = ap.parse_args(argv)
 
-    from specexit_core.vllm_env import apply_cpu_defaults, is_cpu_build
-
     from serve_app.app import build_app, engine_kwargs
     from serve_app.config import load_args
+    from specexit_core.typed_config import read_yaml
+    from specexit_core.vllm_env import apply_cpu_defaults, is_cpu_build
 
-    args = load_args(yaml.safe_load(Path(a.config).read_text())["applications"][0]["args"])
+    args = load_args(read_yaml(a.config)["applications"][0]["args"])
     if args.model.accelerator == "cpu" and is_cpu_build():
         apply_cpu_defaults(args.model.cpu.kv_cache_gib)
     # the endpoint is measured without auth and without replica scaling noise

@@ -7,43 +7,28 @@ live (an env var, a file), the ingress replica reads them.
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from specexit_core.exit import ExitConfig
+from specexit_core.typed_config import StrictModel, load_config, resolve_model
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class ServeArgs(StrictModel):
+    """Base of the args models: strict like every config, and frozen: validated once when the app is
+    built, then only read (to change one, copy it: `model_copy(update=...)`)."""
+
+    model_config = ConfigDict(frozen=True)
 
 
-def resolve_path(value: str) -> str:
-    """`toy:teacher` / `toy:draft` name the shipped toy models (valid on every node that has the
-    package); other relative paths are made absolute here, in the process that reads the YAML,
-    because replicas do not run in its working directory. Hub ids (`org/name`) that are not local
-    folders pass through."""
-    if value.startswith("toy:"):
-        from specexit_core.toy import paths
-
-        name = value[4:]
-        if name not in ("teacher", "draft"):
-            raise ValueError(f"unknown toy model {value!r}; use toy:teacher or toy:draft")
-        return str(paths.TEACHER_DIR if name == "teacher" else paths.DRAFT_DIR)
-    p = Path(value).expanduser()
-    if p.is_absolute() or p.exists():
-        return str(p.resolve())
-    return value
-
-
-class CpuArgs(_Strict):
+class CpuArgs(ServeArgs):
     kv_cache_gib: int = Field(1, ge=1, description="VLLM_CPU_KVCACHE_SPACE per replica (GiB)")
     omp_threads_bind: Optional[str] = Field(
         None, description="VLLM_CPU_OMP_THREADS_BIND, e.g. '0-1', or '0|1' for TP=2 (one core per rank)")
 
 
-class ModelArgs(_Strict):
+class ModelArgs(ServeArgs):
     id: str = Field(description="the model name clients send (`model` field) and /v1/models lists")
     source: str = Field(description="model folder or hub id; `toy:teacher` for the shipped toy")
     draft: Optional[str] = Field(None, description="SpecExit (or stock EAGLE-3) draft folder; none: no speculation")
@@ -67,7 +52,8 @@ class ModelArgs(_Strict):
     @field_validator("source", "draft")
     @classmethod
     def _paths(cls, v):
-        return None if v is None else resolve_path(v)
+        # here, in the process that reads the YAML: replicas do not run in its working directory
+        return resolve_model(v)
 
     @field_validator("engine_kwargs")
     @classmethod
@@ -94,7 +80,7 @@ class ModelArgs(_Strict):
         return self
 
 
-class SpecExitArgs(_Strict):
+class SpecExitArgs(ServeArgs):
     exit_defaults: dict[str, Any] = Field(
         default_factory=dict, description="server-wide ExitConfig overrides (requests override these)")
     telemetry_dir: Optional[str] = Field(
@@ -111,7 +97,7 @@ class SpecExitArgs(_Strict):
         return v
 
 
-class AutoscalingArgs(_Strict):
+class AutoscalingArgs(ServeArgs):
     min_replicas: int = Field(1, ge=0)
     max_replicas: int = Field(1, ge=1)
     initial_replicas: Optional[int] = Field(None, ge=0)
@@ -128,14 +114,14 @@ class AutoscalingArgs(_Strict):
         return self
 
 
-class BackpressureArgs(_Strict):
+class BackpressureArgs(ServeArgs):
     max_ongoing_requests: int = Field(64, ge=1, description="requests one engine replica runs at once")
     max_queued_requests: int = Field(64, ge=0, description="requests waiting for a replica; more are rejected")
     overload_status: Literal[429, 503] = 429
     retry_after_s: int = Field(1, ge=1, description="Retry-After header on 429/503")
 
 
-class AuthArgs(_Strict):
+class AuthArgs(ServeArgs):
     enabled: bool = False
     api_keys_env: Optional[str] = Field("SPECEXIT_API_KEYS", description="env var: keys, comma/newline separated")
     api_keys_file: Optional[str] = Field(None, description="file: one key per line (# comments); re-read on change")
@@ -147,12 +133,12 @@ class AuthArgs(_Strict):
         return self
 
 
-class HealthArgs(_Strict):
+class HealthArgs(ServeArgs):
     period_s: float = Field(5.0, gt=0, description="Serve calls check_health this often")
     timeout_s: float = Field(30.0, gt=0, description="a check slower than this counts as failed")
 
 
-class AppArgs(_Strict):
+class AppArgs(ServeArgs):
     model: ModelArgs
     specexit: SpecExitArgs = Field(default_factory=SpecExitArgs)
     autoscaling: AutoscalingArgs = Field(default_factory=AutoscalingArgs)
@@ -166,7 +152,8 @@ class AppArgs(_Strict):
 
 
 def load_args(args: dict | AppArgs | None) -> AppArgs:
+    """`applications[].args` -> AppArgs (`load_config`); raises ConfigError naming every bad key."""
     if isinstance(args, AppArgs):
         return args
-    return AppArgs.model_validate(args or {})
+    return load_config(AppArgs, raw=args or {}, what="Serve app args")
 

@@ -13,15 +13,14 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import AsyncGenerator
 from pathlib import Path
-from typing import Any, AsyncGenerator, Optional
+from typing import Any, Optional
 
-from ray.llm._internal.serve.engines.vllm.vllm_engine import VLLMEngine
-
+from serve_app.ray_llm import VLLMEngine
+from serve_app.telemetry import ExitEventIndex, choice_telemetry, usage_block
 from specexit_core.draft.config import SpecExitFields, read_specexit_fields
 from specexit_core.vllm_plugin.controls import request_exit_config, server_defaults
-
-from serve_app.telemetry import ExitEventIndex, choice_telemetry, usage_block
 
 log = logging.getLogger("specexit.serve.engine")
 

@@ -20,20 +20,14 @@ from typing import Optional
 
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
+from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError, RayTaskError
+from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError
+from ray.serve.llm.ingress import OpenAiIngress
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError, RayTaskError
-from ray.llm._internal.serve.core.configs.openai_api_models import ErrorResponse
-from ray.llm._internal.serve.core.ingress.ingress import OpenAiIngress
-from ray.llm._internal.serve.core.ingress.utils import (
-    NON_STREAMING_RESPONSE_TYPES,
-    _openai_json_wrapper,
-    _peek_at_generator,
-)
-from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError
-
 from serve_app.auth import KeyStore
+from serve_app.ray_llm import NON_STREAMING_RESPONSE_TYPES, ErrorResponse, openai_json_wrapper, peek_at_generator
 
 log = logging.getLogger("specexit.serve.ingress")
 _UNAVAILABLE = (ActorDiedError, ActorUnavailableError, RayActorError, DeploymentUnavailableError)
@@ -94,7 +88,7 @@ class SpecExitIngress(OpenAiIngress):
         try:
             async with asyncio.timeout(self._timeout):
                 gen = self._get_response(body=body, call_method=call_method, raw_request=raw_request)
-                first, gen = await _peek_at_generator(gen)
+                first, gen = await peek_at_generator(gen)
         except BackPressureError:
             return error_response(self._overload_status, "server overloaded: the request queue is full, retry later",
                                   "overloaded_error", self._retry_after)
@@ -120,7 +114,7 @@ class SpecExitIngress(OpenAiIngress):
             return error_response(code, chunk.error.message, chunk.error.type)
         if isinstance(chunk, NON_STREAMING_RESPONSE_TYPES):
             return JSONResponse(content=chunk.model_dump())
-        return StreamingResponse(self._guarded(_openai_json_wrapper(gen), deadline),
+        return StreamingResponse(self._guarded(openai_json_wrapper(gen), deadline),
                                  media_type="text/event-stream")
 
     async def _guarded(self, stream, deadline: float):

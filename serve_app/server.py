@@ -11,11 +11,10 @@ from __future__ import annotations
 import os
 import tempfile
 
-from ray.llm._internal.serve.core.server.llm_server import LLMServer
-
-from specexit_core.vllm_env import apply_cpu_defaults, is_cpu_build
+from ray.serve.llm.deployment import LLMServer
 
 from serve_app.engine import SpecExitVLLMEngine
+from specexit_core.vllm_env import apply_cpu_defaults, is_cpu_build
 
 
 def _replica_tag() -> str:

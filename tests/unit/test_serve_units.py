@@ -11,6 +11,7 @@ import yaml
 from pydantic import ValidationError
 
 from serve_app.config import AppArgs, load_args
+from specexit_core.typed_config import ConfigError
 from support.paths import REPO_ROOT
 
 TOY = {"model": {"id": "m", "source": "toy:teacher", "draft": "toy:draft", "accelerator": "cpu"}}
@@ -69,9 +70,16 @@ def test_gpu_tp2_yaml():
     ({"model": {**TOY["model"], "source": "toy:nope"}}, "toy:nope"),
 ])
 def test_unknown_or_bad_keys_fail_early(patch, needle):
-    with pytest.raises(ValidationError) as e:
+    with pytest.raises(ConfigError) as e:
         load_args({**TOY, **patch})
     assert needle in str(e.value)
+
+
+def test_args_are_frozen():
+    a = load_args(TOY)
+    with pytest.raises(ValidationError, match="frozen"):
+        a.model.id = "other"
+    assert isinstance(load_args(a), AppArgs) and load_args(a) is a
 
 
 # -- auth --------------------------------------------------------------------------------------------

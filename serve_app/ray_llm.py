@@ -1,0 +1,60 @@
+"""The one place the Serve app reaches into Ray's private modules (`ray.llm._internal`,
+`ray.serve._private`, `ray._common`).
+
+Read against Ray 2.60.0 (the version pinned in pyproject.toml and cluster/Dockerfile). These names
+have no public equivalent there, and private modules move between Ray releases: on a Ray upgrade,
+check this file first (and the private methods the subclasses override, listed below).
+
+Public Ray Serve LLM API the app uses directly (not here): `ray.serve.llm` (`LLMConfig`,
+`build_llm_deployment`), `ray.serve.llm.ingress` (`OpenAiIngress`, `make_fastapi_ingress`),
+`ray.serve.llm.deployment` (`LLMServer`).
+
+Why each private name is needed:
+* `init_fastapi` (`core.ingress.ingress.init`): the FastAPI app stock Serve LLM builds (metrics
+  lifespan, exception, CORS, request-id middleware). `build_openai_app` creates it internally and
+  offers no hook; the app needs it in hand to add the API-key middleware (serve_app/app.py) before
+  `make_fastapi_ingress` mounts the routes.
+* `to_model_metadata` (`core.configs.openai_api_models`): the model cards `/v1/models` lists, built
+  exactly as `build_openai_app` builds them.
+* `ErrorResponse` (`core.configs.openai_api_models`): the class of the error chunks the engine
+  replica yields. The public `ray.serve.llm.openai_api_models.ErrorResponse` is a subclass, so an
+  `isinstance` check against it misses them (serve_app/ingress.py).
+* `NON_STREAMING_RESPONSE_TYPES`, `openai_json_wrapper` (`_openai_json_wrapper`),
+  `peek_at_generator` (`_peek_at_generator`) (`core.ingress.utils`): the stock response framing
+  that `SpecExitIngress._process_llm_request` reuses; it overrides that private method of
+  `OpenAiIngress` (and calls its `_get_response`) to add overload, failure and deadline answers.
+* `VLLMEngine` (`engines.vllm.vllm_engine`): the engine class `LLMServer` runs; SpecExitVLLMEngine
+  wraps its `chat` / `completions` for `usage.specexit` and uses its `_engine_client`
+  (serve_app/engine.py). `LLMServer._default_engine_cls` is how the replica picks it.
+* `import_attr` (`ray._common.utils`), `call_user_app_builder_with_args_if_necessary`
+  (`ray.serve._private.api`), `build_app` (`ray.serve._private.build_app`): what `serve run` /
+  `serve deploy` / KubeRay do with one `applications` entry (import the builder, call it with its
+  `args`, flatten the application), in `build_like_serve_run`; the KubeRay test builds
+  serveConfigV2 this way, without a cluster. Imported on call: the app itself never needs them.
+"""
+
+from __future__ import annotations
+
+from ray.llm._internal.serve.core.configs.openai_api_models import ErrorResponse, to_model_metadata
+from ray.llm._internal.serve.core.ingress.ingress import init as init_fastapi
+from ray.llm._internal.serve.core.ingress.utils import NON_STREAMING_RESPONSE_TYPES
+from ray.llm._internal.serve.core.ingress.utils import _openai_json_wrapper as openai_json_wrapper
+from ray.llm._internal.serve.core.ingress.utils import _peek_at_generator as peek_at_generator
+from ray.llm._internal.serve.engines.vllm.vllm_engine import VLLMEngine
+
+RAY_VERSION_READ = "2.60.0"
+
+__all__ = ["ErrorResponse", "NON_STREAMING_RESPONSE_TYPES", "RAY_VERSION_READ", "VLLMEngine", "build_like_serve_run",
+           "init_fastapi", "openai_json_wrapper", "peek_at_generator", "to_model_metadata"]
+
+
+def build_like_serve_run(app_cfg: dict):
+    """What `serve run` / `serve deploy` / KubeRay do with one `applications` entry (`import_path`,
+    `args`, `name`): import the builder, call it with `args` (the app's typed validation runs here)
+    and flatten the application into its deployments (`BuiltApplication`). No cluster needed."""
+    from ray._common.utils import import_attr
+    from ray.serve._private.api import call_user_app_builder_with_args_if_necessary
+    from ray.serve._private.build_app import build_app as build_serve_app
+
+    app = call_user_app_builder_with_args_if_necessary(import_attr(app_cfg["import_path"]), app_cfg.get("args"))
+    return build_serve_app(app, name=app_cfg["name"])
