@@ -29,6 +29,8 @@ from pathlib import Path
 
 import yaml
 
+from specexit_core.typed_config import read_yaml
+
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "cluster" / "kuberay"
 SERVE_GPU_CONFIG = "serve_app/gpu_tp2.yaml"  # the GPU app's `serve run` config (issue #6)
@@ -87,7 +89,7 @@ def gpus_needed(stage: str, cfg) -> int:
 
 
 def load_config(stage: str, path: Path):
-    from pipelines.common.config import load_stage_config
+    from pipelines.common.stage_cli import load_stage_config
 
     return load_stage_config(stage, str(path))
 
@@ -194,7 +196,7 @@ def _merge(base: dict, over: dict, recipe: Recipe) -> dict:
 
 def serve_variant(recipe: Recipe) -> dict:
     """cluster/serve/<recipe>.yaml: serve_app/gpu_tp2.yaml with SERVE_OVERRIDES[recipe] applied."""
-    doc = yaml.safe_load((ROOT / SERVE_GPU_CONFIG).read_text())
+    doc = read_yaml(ROOT / SERVE_GPU_CONFIG)
     (app,) = doc["applications"]
     app["args"] = _merge(app["args"], SERVE_OVERRIDES[recipe.name], recipe)
     return doc
@@ -202,7 +204,7 @@ def serve_variant(recipe: Recipe) -> dict:
 
 def serve_doc(recipe: Recipe) -> dict:
     if recipe.rayservice_config == SERVE_GPU_CONFIG:
-        return yaml.safe_load((ROOT / SERVE_GPU_CONFIG).read_text())
+        return read_yaml(ROOT / SERVE_GPU_CONFIG)
     return serve_variant(recipe)
 
 

@@ -15,8 +15,9 @@ import shutil
 import time
 from pathlib import Path
 
-from pipelines.common.stage_cli import setup_logging
-from pipelines.common.config import load_stage_config, resolve_path
+from specexit_core.typed_config import resolve_path
+
+from pipelines.common.stage_cli import load_stage_config, setup_logging
 from pipelines.common.runtime import init_ray
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "toy"

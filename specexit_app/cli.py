@@ -84,8 +84,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from pipelines.common.config import ConfigError
-    from specexit_app.demo import load_demo_config, print_table, run_demo
+    from specexit_app.demo import print_table, run_demo
+    from specexit_app.demo_config import load_demo_config
+    from specexit_core.typed_config import ConfigError
 
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout: the table / the JSON
     try:

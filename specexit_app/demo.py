@@ -17,74 +17,14 @@ import logging
 import shutil
 import time
 from pathlib import Path
-from typing import Literal
 
-import yaml
-from pydantic import Field, ValidationError
-
-from pipelines.common.config import ConfigError, _Strict, load_stage_config, resolve_path
+from pipelines.common.stage_cli import load_stage_config
+from specexit_app.demo_config import DemoConfig
+from specexit_core.typed_config import load_config, read_yaml
 
 log = logging.getLogger("specexit.demo")
-DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "examples" / "toy" / "demo.yaml"
 SUMMARY_METHODS = ("plain", "eagle3", "specexit", "budget", "deer", "dynasor", "nothink", "oracle")
 SUMMARY_FIELDS = ("accuracy", "think_tokens", "latency_s", "probe_requests")
-
-
-class QuickOverrides(_Strict):
-    workdir: str | None = None
-    problems: int | None = Field(None, ge=2)
-    train_steps: int | None = Field(None, ge=1)
-    calibrate_problems: int | None = Field(None, ge=1)
-    serve_requests: int | None = Field(None, ge=1)
-    eval_problems: int | None = Field(None, ge=1)
-    temperatures: list[float] | None = None
-
-
-class DemoConfig(_Strict):
-    workdir: str = "runs/demo"
-    traces: str
-    labels: str
-    train_draft: str
-    calibrate: str
-    serve: str
-    evaluate: str
-    problems: int = Field(256, ge=2)
-    init_draft: Literal["stock", "scratch"] = "stock"
-    train_steps: int = Field(150, ge=1)
-    calibrate_problems: int = Field(60, ge=1)
-    serve_requests: int = Field(8, ge=1)
-    eval_problems: int = Field(100, ge=1)
-    temperatures: list[float] = Field(default_factory=lambda: [0.0, 0.6])
-    serve_port: int = Field(8000, ge=1, le=65535)
-    quick: QuickOverrides = Field(default_factory=QuickOverrides)
-
-
-def load_demo_config(path: str | Path | None = None, *, quick: bool = False, workdir: str | None = None,
-                     port: int | None = None) -> DemoConfig:
-    path = Path(path or DEFAULT_CONFIG)
-    d = yaml.safe_load(path.read_text())
-    if not isinstance(d, dict):
-        raise ConfigError(f"{path}: top level must be a mapping")
-    try:
-        cfg = DemoConfig.model_validate(d)
-    except ValidationError as e:
-        raise ConfigError(f"invalid demo config {path}:\n{e}") from None
-    if quick:
-        cfg = cfg.model_copy(update={k: v for k, v in cfg.quick.model_dump().items() if v is not None})
-    if workdir:
-        cfg.workdir = workdir
-    if port:
-        cfg.serve_port = port
-    root = Path(__file__).resolve().parents[1]  # stage configs are repo files: resolve them there
-    for name in ("traces", "labels", "train_draft", "calibrate", "serve", "evaluate"):
-        p = Path(getattr(cfg, name))
-        setattr(cfg, name, str(p if p.is_absolute() else root / p))
-    cfg.workdir = resolve_path(cfg.workdir)
-    return cfg
-
-
-def _yaml(path: str) -> dict:
-    return yaml.safe_load(Path(path).read_text())
 
 
 class Stages:
@@ -98,23 +38,22 @@ class Stages:
     def traces(self) -> dict:
         from pipelines.traces.job import run
 
-        raw = _yaml(self.cfg.traces)
+        raw = read_yaml(self.cfg.traces)
         raw["input"] = {**raw.get("input", {}), "n": max(self.cfg.problems, raw.get("input", {}).get("n", 0))}
         return run(load_stage_config("traces", None, raw=raw, output=str(self.wd / "traces"), limit=self.cfg.problems))
 
     def labels(self) -> dict:
         from pipelines.labels.job import run
 
-        return run(load_stage_config("labels", None, raw=_yaml(self.cfg.labels), input=str(self.wd / "traces"),
+        return run(load_stage_config("labels", None, raw=read_yaml(self.cfg.labels), input=str(self.wd / "traces"),
                                      output=str(self.wd / "labels")))
 
     def train_draft(self) -> dict:
+        from pipelines.train_draft.job import run
         from specexit_core.draft.checkpoint import convert
         from specexit_core.toy.paths import DRAFT_DIR
 
-        from pipelines.train_draft.job import run
-
-        raw = _yaml(self.cfg.train_draft)
+        raw = read_yaml(self.cfg.train_draft)
         raw.update(steps=self.cfg.train_steps, run_name="demo-draft", storage_path=str(self.wd / "ray_train"))
         if self.cfg.init_draft == "stock":
             stock = self.wd / "stock_eagle3"  # the shipped head without its signal rows
@@ -124,15 +63,16 @@ class Stages:
         return run(load_stage_config("train_draft", None, raw=raw, input=str(self.wd / "labels"), output=self.draft))
 
     def calibrate(self) -> dict:
+        from pipelines.calibrate.config import CalibrateConfig
         from pipelines.calibrate.job import run_calibration
-        from pipelines.evaluate.config import load_calibrate_config
 
-        raw = _yaml(self.cfg.calibrate)
+        raw = read_yaml(self.cfg.calibrate)
         raw["write_draft_defaults"] = True  # the served and evaluated draft then uses the chosen setting
         ev = raw.setdefault("eval", {})
         ev.update(draft=self.draft, output=str(self.wd / "calibrate" / "dev"))
         ev["input"] = {**ev.get("input", {}), "n": self.cfg.calibrate_problems}
-        out = run_calibration(load_calibrate_config(raw=raw, output=str(self.wd / "calibrated.json")))
+        out = run_calibration(load_config(CalibrateConfig, raw=raw, what="calibrate",
+                                             overrides={"output": str(self.wd / "calibrated.json")}))
         c = out["calibration"]
         return {"exit": out["exit"], "eagle3": c["eagle3"], "oracle": c["oracle"], "chosen_replay": c["chosen_replay"],
                 "confirmed": c.get("confirmed")}
@@ -144,16 +84,17 @@ class Stages:
                                n=self.cfg.serve_requests, out=self.wd / "serve.json")
 
     def evaluate(self) -> dict:
-        from pipelines.evaluate.config import load_eval_config
+        from pipelines.evaluate.config import EvalConfig
         from pipelines.evaluate.job import run_evaluation
         from pipelines.report.job import write_report
 
-        raw = _yaml(self.cfg.evaluate)
+        raw = read_yaml(self.cfg.evaluate)
         # the draft's exit_defaults are the calibrated setting (stage 4), so `specexit` = calibrated
         raw.update(draft=self.draft, temperatures=self.cfg.temperatures, calibrated=None, specexit_exit=None,
                    methods=list(SUMMARY_METHODS))
         raw["input"] = {**raw.get("input", {}), "n": self.cfg.eval_problems}
-        summary = run_evaluation(load_eval_config(raw=raw, output=str(self.wd / "eval")))
+        summary = run_evaluation(load_config(EvalConfig, raw=raw, what="evaluate",
+                                             overrides={"output": str(self.wd / "eval")}))
         summary["report"] = str(write_report(self.wd / "eval", self.wd / "report"))
         return summary
 
@@ -163,8 +104,8 @@ ORDER = ("traces", "labels", "train_draft", "calibrate", "serve", "evaluate")
 
 def run_demo(cfg: DemoConfig, *, fresh: bool = False) -> dict:
     """Run every stage; returns {"methods": ..., "stages": {name: {seconds, ...}}, ...}."""
-    from pipelines.common.runtime import init_ray
     from pipelines.common.config import RayConfig
+    from pipelines.common.runtime import init_ray
 
     if fresh:
         shutil.rmtree(cfg.workdir, ignore_errors=True)

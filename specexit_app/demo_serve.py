@@ -13,13 +13,13 @@ import logging
 import time
 from pathlib import Path
 
-import yaml
+from specexit_core.typed_config import read_yaml
 
 log = logging.getLogger("specexit.demo")
 
 
 def _app_args(serve_yaml: str, draft: str) -> tuple[dict, dict]:
-    d = yaml.safe_load(Path(serve_yaml).read_text())
+    d = read_yaml(serve_yaml)
     app = d["applications"][0]
     args = json.loads(json.dumps(app["args"]))
     args["model"]["draft"] = draft

@@ -27,7 +27,7 @@ from pathlib import Path
 from specexit_core.exit import ExitConfig
 from specexit_core.exit.replay import exit_checks, first_exit
 
-from pipelines.evaluate.config import CalibrateConfig
+from pipelines.calibrate.config import CalibrateConfig
 from pipelines.evaluate.rules import best_setting
 from pipelines.common.parts import read_all
 
@@ -174,9 +174,9 @@ def _quiet_ray() -> None:
 
 
 def main(config: str, output: str | None = None, limit: int | None = None, as_json: bool = False) -> int:
-    from pipelines.evaluate.config import load_calibrate_config
+    from specexit_core.typed_config import load_config
 
-    cfg = load_calibrate_config(config, output=output, limit=limit)
+    cfg = load_config(CalibrateConfig, config, overrides={"output": output, "eval.limit": limit}, what="calibrate")
     out = run_calibration(cfg)
     _quiet_ray()
     if as_json:  # one line, the last one: engine actors' logs also reach this stdout

@@ -11,6 +11,7 @@ import logging
 import os
 
 from pipelines.common.config import EngineConfig, RayConfig
+from specexit_core.vllm_env import THREADS_BIND_ENV, all_cores_bind, cpu_engine_env
 
 log = logging.getLogger("specexit.pipelines")
 
@@ -41,15 +42,12 @@ def use_gpu(accelerator: str) -> bool:
 
 def engine_env(engine: EngineConfig, gpu: bool) -> dict[str, str]:
     """Environment of the engine actors (they are separate processes, so os.environ of the driver
-    does not reach them). On CPU the KV cache must be sized explicitly (the default check fails on
-    small VMs) and OpenMP threads bound to all cores (faster than pinning to core 0)."""
+    does not reach them); on CPU, what `specexit_core.vllm_env.cpu_engine_env` says a CPU engine needs."""
     env = {"TOKENIZERS_PARALLELISM": "false"}
     if os.path.isdir(engine.model):
         env["HF_HUB_OFFLINE"] = "1"
-    if not gpu:
-        ncpu = os.cpu_count() or 1
-        env["VLLM_CPU_KVCACHE_SPACE"] = str(engine.cpu_kv_cache_gib)
-        env["VLLM_CPU_OMP_THREADS_BIND"] = os.environ.get("VLLM_CPU_OMP_THREADS_BIND", f"0-{ncpu - 1}" if ncpu > 1 else "0")
+    if not gpu:  # the driver's own binding, if the user set one, else every core
+        env.update(cpu_engine_env(engine.cpu_kv_cache_gib, os.environ.get(THREADS_BIND_ENV) or all_cores_bind()))
     for k in ("VLLM_USE_V2_MODEL_RUNNER", "VLLM_PLUGINS", "HF_HOME", "HF_TOKEN"):
         if k in os.environ:  # pass through what the user set for the engines
             env[k] = os.environ[k]

@@ -1,4 +1,5 @@
-"""Shared command line of the three jobs: `--config FILE` plus `--input`, `--output`, `--limit`.
+"""Shared command line of the three jobs: `--config FILE` plus `--input`, `--output`, `--limit`
+(`load_stage_config`).
 
 Each stage module calls `main(stage, run)`; `run(cfg)` returns the summary dict that is printed
 as the last stdout line (`SPECEXIT_SUMMARY {...json...}`), so scripts and tests can parse it from
@@ -11,11 +12,25 @@ import argparse
 import json
 import logging
 import sys
-from typing import Callable
+from collections.abc import Callable
 
-from pipelines.common.config import ConfigError, load_stage_config
+from pipelines.labels.config import LabelsConfig
+from pipelines.traces.config import TracesConfig, input_overrides
+from pipelines.train_draft.config import TrainDraftConfig
+from specexit_core.typed_config import ConfigError, StrictModel, load_config
 
 SUMMARY_PREFIX = "SPECEXIT_SUMMARY "
+STAGES: dict[str, type[StrictModel]] = {"traces": TracesConfig, "labels": LabelsConfig, "train_draft": TrainDraftConfig}
+
+
+def load_stage_config(stage: str, path: str | None, *, input: str | None = None, output: str | None = None,
+                      limit: int | None = None, raw: dict | None = None):
+    """The stage's config from YAML (or `raw`) with the command-line overrides applied, validated,
+    paths resolved (`load_config`). `input` is the traces stage's prompt source (its reader is
+    inferred from the name) and the other stages' input folder. Raises ConfigError."""
+    inputs = input_overrides(input) if stage == "traces" else {"input": input}
+    return load_config(STAGES[stage], path, raw=raw, what=stage,
+                       overrides={"output": output, "limit": limit, **inputs})
 
 
 def parse_args(stage: str, argv: list[str] | None = None) -> argparse.Namespace:

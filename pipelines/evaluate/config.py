@@ -1,26 +1,26 @@
-"""Typed configs of the evaluation and calibration jobs (a documented recipe each; unknown keys are errors).
+"""Typed config of the evaluation job (a documented recipe; unknown keys are errors).
 
-`EvalConfig` is what `python -m pipelines.evaluate --config FILE` reads and what
-`pipelines.evaluate.run_evaluation(cfg)` takes; `CalibrateConfig` wraps one for
-`specexit calibrate`. The peer-method knobs follow `notes/specexit-method.md`; the toy values
+`EvalConfig` is what `python -m pipelines.evaluate --config FILE` reads (through
+`specexit_core.typed_config.load_config`) and what `pipelines.evaluate.job.run_evaluation(cfg)`
+takes; `pipelines.calibrate.config.CalibrateConfig` wraps one for `specexit calibrate`. The peer-method knobs follow `notes/specexit-method.md`; the toy values
 (`examples/toy/evaluate.yaml`) replace the real-model probe text (`**Final Answer** \\boxed{`)
 with what the toy tokenizer can say (`</think>` + "The answer is").
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, field_validator
 
-from pipelines.common.config import ConfigError, EngineConfig, InputConfig, RayConfig, _Strict, resolve_model, resolve_path
+from pipelines.common.config import EngineConfig, RayConfig
+from pipelines.traces.config import InputConfig
+from specexit_core.typed_config import StrictModel, resolve_model, resolve_path
 
 METHODS = ("plain", "eagle3", "specexit", "specexit_default", "budget", "deer", "dynasor", "nothink", "oracle")
 
 
-class DeerConfig(_Strict):
+class DeerConfig(StrictModel):
     """DEER (arXiv 2504.15895): at each transition word, a trial answer; exit if it is confident."""
 
     transition_words: list[str] = Field(default_factory=lambda: ["Wait"])  # single tokens (with/without space)
@@ -32,7 +32,7 @@ class DeerConfig(_Strict):
     exit_text: str = "\n</think>\n\n"  # appended on exit; the model then writes its answer
 
 
-class DynasorConfig(_Strict):
+class DynasorConfig(StrictModel):
     """Dynasor-CoT (arXiv 2412.20993): probe every `every` tokens; exit on consistent answers."""
 
     every: int = Field(32, ge=1)  # think tokens between probes
@@ -42,7 +42,7 @@ class DynasorConfig(_Strict):
     hedge_words: list[str] = Field(default_factory=lambda: ["wait", "hold", "but", "okay", "no", "hmm"])
 
 
-class OracleConfig(_Strict):
+class OracleConfig(StrictModel):
     """Oracle exit: probe every paragraph break of the EAGLE-3 trace (greedy forced answers); the
     earliest break after which every forced answer is right is where an ideal exit would stop."""
 
@@ -51,7 +51,7 @@ class OracleConfig(_Strict):
     probe_max_tokens: int = Field(16, ge=1)
 
 
-class EvalConfig(_Strict):
+class EvalConfig(StrictModel):
     output: str  # folder: part-*.parquet (one row per problem x temperature x method x setting) + summary.json
     limit: int | None = Field(None, ge=1)  # first N problems
     input: InputConfig = Field(default_factory=lambda: InputConfig(kind="toy", split="test", n=100, gold_column="gold"))
@@ -105,76 +105,11 @@ class EvalConfig(_Strict):
             ms.insert(0, "eagle3")
         return [m for m in METHODS if m in ms]
 
-
-class CalibrateConfig(_Strict):
-    """`specexit calibrate`: replay exit settings over signals computed once per dev trace, pick the
-    fewest think tokens with accuracy >= eagle3 - tolerance, confirm it with the real engine."""
-
-    output: str  # the calibrated JSON ({"exit": {...}, "calibration": {...}}) for SPECEXIT_EXIT_CONFIG
-    eval: EvalConfig  # the dev split run (its `methods` / `temperatures` are set by the calibrator)
-    tolerance: float = Field(0.01, ge=0)  # accuracy (fraction) allowed below eagle3
-    methods: list[str] = Field(default_factory=lambda: [
-        "confidence", "progress", "remain", "confidence_progress", "confidence_remain", "confidence_progress_remain"])
-    confidence_thresholds: list[float] = Field(default_factory=lambda: [0.5, 0.6, 0.7, 0.8, 0.9, 0.95])
-    progress_thresholds: list[float] = Field(default_factory=lambda: [0.2, 0.3, 0.4, 0.5, 0.6, 0.7])
-    remaining_thresholds: list[float] = Field(default_factory=lambda: [10, 20, 40, 80, 200])
-    alphas: list[float] = Field(default_factory=lambda: [0.1, 0.3, 0.5])
-    confirm: bool = True  # run the chosen setting with the real engine on the dev split
-    write_draft_defaults: bool = False  # also store it as the draft's config.json specexit.exit_defaults
-
-
-def _read_yaml(path: str | Path) -> dict:
-    d = yaml.safe_load(Path(path).read_text())
-    if not isinstance(d, dict):
-        raise ConfigError(f"{path}: top level must be a mapping")
-    return d
-
-
-def resolve_eval(cfg: EvalConfig) -> EvalConfig:
-    cfg.output = resolve_path(cfg.output)
-    cfg.engine.model = resolve_model(cfg.engine.model)
-    cfg.draft = resolve_model(cfg.draft)
-    if cfg.calibrated:
-        cfg.calibrated = resolve_path(cfg.calibrated)
-    if cfg.input.path and cfg.input.kind != "hf_hub":
-        cfg.input.path = resolve_path(cfg.input.path)
-    return cfg
-
-
-def load_eval_config(path: str | None = None, *, raw: dict | None = None, output: str | None = None,
-                     input: str | None = None, limit: int | None = None, calibrated: str | None = None) -> EvalConfig:
-    """YAML (or a dict) + command-line overrides -> validated EvalConfig with absolute paths."""
-    from pipelines.common.config import infer_input_kind
-
-    d = dict(raw or {}) if path is None else _read_yaml(path)
-    if output is not None:
-        d["output"] = output
-    if limit is not None:
-        d["limit"] = limit
-    if calibrated is not None:
-        d["calibrated"] = calibrated
-    if input is not None:
-        inp = dict(d.get("input") or {})
-        inp.update(path=input, kind=infer_input_kind(input))
-        d["input"] = inp
-    try:
-        cfg = EvalConfig.model_validate(d)
-    except ValidationError as e:
-        raise ConfigError(f"invalid evaluate config{f' {path}' if path else ''}:\n{e}") from None
-    return resolve_eval(cfg)
-
-
-def load_calibrate_config(path: str | None = None, *, raw: dict | None = None, output: str | None = None,
-                          limit: int | None = None) -> CalibrateConfig:
-    d = dict(raw or {}) if path is None else _read_yaml(path)
-    if output is not None:
-        d["output"] = output
-    if limit is not None:
-        d.setdefault("eval", {})["limit"] = limit
-    try:
-        cfg = CalibrateConfig.model_validate(d)
-    except ValidationError as e:
-        raise ConfigError(f"invalid calibrate config{f' {path}' if path else ''}:\n{e}") from None
-    cfg.output = resolve_path(cfg.output)
-    resolve_eval(cfg.eval)
-    return cfg
+    def resolve_paths(self) -> EvalConfig:
+        self.output = resolve_path(self.output)
+        if self.calibrated:
+            self.calibrated = resolve_path(self.calibrated)
+        self.draft = resolve_model(self.draft)
+        self.engine.resolve_paths()
+        self.input.resolve_paths()
+        return self

@@ -17,7 +17,9 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from pipelines.evaluate.config import EvalConfig, load_eval_config
+from specexit_core.typed_config import ConfigError, load_config, read_yaml
+
+from pipelines.evaluate.config import EvalConfig
 from pipelines.evaluate.rules import best_setting
 from pipelines.common.parts import clean_tmp, part_files, read_all
 
@@ -209,12 +211,8 @@ def toy_eval_config(*, draft: str, n: int, output: str, methods: list[str] | Non
                     teacher: str | None = None, **overrides) -> EvalConfig:
     """The toy recipe (`examples/toy/evaluate.yaml`, shipped in the package's checkout) with the
     pieces a caller such as `specexit demo` sets: the draft it trained, n test problems, the output."""
-    import yaml
-
-    from pipelines.evaluate.config import resolve_eval
-
     recipe = Path(__file__).resolve().parents[1] / "examples" / "toy" / "evaluate.yaml"
-    d = yaml.safe_load(recipe.read_text())
+    d = read_yaml(recipe)
     d.update(draft=str(draft), output=str(output), limit=n, **overrides)
     d["input"] = {**d["input"], "n": n}
     if teacher is not None:
@@ -229,7 +227,7 @@ def toy_eval_config(*, draft: str, n: int, output: str, methods: list[str] | Non
     for holder, key in ((d["engine"], "model"), (d, "draft")):
         if not Path(holder[key]).is_absolute() and (root / holder[key]).exists():
             holder[key] = str(root / holder[key])
-    return resolve_eval(EvalConfig.model_validate(d))
+    return load_config(EvalConfig, raw=d, what="evaluate")
 
 
 def _exit_used(cfg: EvalConfig) -> dict | None:
@@ -253,7 +251,7 @@ def _exit_used(cfg: EvalConfig) -> dict | None:
 
 def main(argv: list[str] | None = None) -> int:
     from pipelines.common.stage_cli import print_summary, setup_logging
-    from pipelines.common.config import ConfigError
+    from pipelines.traces.config import input_overrides
 
     ap = argparse.ArgumentParser(prog="python -m pipelines.evaluate", description="SpecExit vs peer methods (Ray)")
     ap.add_argument("--config", required=True, help="YAML config file (unknown keys are errors)")
@@ -269,8 +267,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"--limit must be >= 1, got {args.limit}", file=sys.stderr)
         return 2
     try:
-        cfg = load_eval_config(args.config, input=args.input, output=args.output, limit=args.limit,
-                               calibrated=args.calibrated)
+        cfg = load_config(EvalConfig, args.config, what="evaluate", overrides={
+            "output": args.output, "limit": args.limit, "calibrated": args.calibrated, **input_overrides(args.input)})
     except (ConfigError, OSError) as e:
         print(str(e), file=sys.stderr)
         return 2

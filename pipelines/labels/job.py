@@ -11,11 +11,11 @@ from __future__ import annotations
 import logging
 import time
 
-from pipelines.common.config import LabelsConfig
-from pipelines.labels.labeler import ProbeLabeler
 from pipelines.common.parts import clean_tmp, done_ids, keep_ids, part_files, read_column, tally
 from pipelines.common.runtime import engine_env, init_ray, use_gpu
 from pipelines.common.writer import engine_rate, write_parts
+from pipelines.labels.config import LabelsConfig
+from pipelines.labels.labeler import ProbeLabeler
 
 log = logging.getLogger("specexit.pipelines.labels")
 

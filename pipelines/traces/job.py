@@ -11,13 +11,13 @@ from __future__ import annotations
 import logging
 import time
 
-from pipelines.common.config import TracesConfig
 from pipelines.common.parts import clean_tmp, done_ids, tally, write_part
 from pipelines.common.runtime import engine_env, engine_placement, init_ray, stable_seed, use_gpu
 from pipelines.common.schemas import TRACES, empty_row, to_table
-from pipelines.traces.sources import read_prompts
 from pipelines.common.tokens import load_tokenizer, think_opened, token_ids
 from pipelines.common.writer import engine_rate, write_parts
+from pipelines.traces.config import TracesConfig
+from pipelines.traces.sources import read_prompts
 
 log = logging.getLogger("specexit.pipelines.traces")
 

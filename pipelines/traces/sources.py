@@ -12,7 +12,7 @@ import json
 import logging
 from typing import Any
 
-from pipelines.common.config import InputConfig
+from pipelines.traces.config import InputConfig
 
 log = logging.getLogger("specexit.pipelines")
 

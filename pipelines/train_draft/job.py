@@ -19,12 +19,13 @@ from pathlib import Path
 
 import numpy as np
 
-from pipelines.common.config import TrainDraftConfig
-from pipelines.train_draft.vocab_counts import count_tokens, draft_vocab_from_counts
 from pipelines.common.parts import keep_ids, part_files, read_column
 from pipelines.common.runtime import init_ray, use_gpu
 from pipelines.common.tokens import load_tokenizer, token_ids
+from pipelines.train_draft.config import TrainDraftConfig
 from pipelines.train_draft.loop import DRAFT_SUBDIR, train_loop
+from pipelines.train_draft.vocab_counts import count_tokens
+from specexit_core.draft.vocab import draft_vocab_from_counts
 
 log = logging.getLogger("specexit.pipelines.train_draft")
 

@@ -21,14 +21,13 @@ from pathlib import Path
 
 import torch
 
+from pipelines.train_draft.config import TrainDraftConfig
 from specexit_core.draft.checkpoint import load_draft, save_draft
 from specexit_core.draft.config import DraftConfig
 from specexit_core.draft.model import SpecExitDraft
+from specexit_core.training.collate import collate
 from specexit_core.training.loss import LossConfig
 from specexit_core.training.step import DraftBatch, SpecExitObjective, train_step
-
-from pipelines.common.config import TrainDraftConfig
-from pipelines.train_draft.batch import collate
 
 STATE = "state.pt"
 DRAFT_SUBDIR = "draft"
@@ -159,7 +158,8 @@ def train_loop(config: dict) -> None:
             n_batches += 1
             for g in opt.param_groups:
                 g["lr"] = lr_at(cfg, step)
-            batch = _to(collate(nb, pad_id=config["pad_id"], eos_id=eos, max_len=cfg.max_seq_len), device)
+            batch = _to(collate(nb["prompt_token_ids"], nb["completion_token_ids"], nb, pad_id=config["pad_id"],
+                                eos_id=eos, max_len=cfg.max_seq_len), device)
             t_data += time.time() - t_mark
             t_mark = time.time()
             logs = train_step(model, opt, target, batch, grad_clip=cfg.grad_clip)

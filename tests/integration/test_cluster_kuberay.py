@@ -84,7 +84,7 @@ def test_every_manifest_parses_with_the_right_kind():
 @pytest.mark.parametrize("recipe", rk.RECIPES, ids=lambda r: r.name)
 @pytest.mark.parametrize("stage", rk.STAGES)
 def test_rayjob_runs_the_stage_config_with_its_gpus(recipe, stage):
-    from pipelines.common.config import load_stage_config
+    from pipelines.common.stage_cli import load_stage_config
 
     (job,) = _docs(KDIR / recipe.name / f"rayjob-{stage.replace('_', '-')}.yaml")
     assert job["kind"] == "RayJob"
@@ -140,12 +140,9 @@ def _build(app_cfg: dict):
     """What `serve run` / `serve deploy` / KubeRay do with one `applications` entry: import the
     builder, call it with `args` (the app's typed validation runs here), flatten the application.
     Returns comparable facts per deployment. No Ray cluster, no GPU, no model download."""
-    from ray._common.utils import import_attr
-    from ray.serve._private.api import call_user_app_builder_with_args_if_necessary
-    from ray.serve._private.build_app import build_app
+    from serve_app.ray_llm import build_like_serve_run
 
-    app = call_user_app_builder_with_args_if_necessary(import_attr(app_cfg["import_path"]), app_cfg.get("args"))
-    built = build_app(app, name=app_cfg["name"])
+    built = build_like_serve_run(app_cfg)
     out = {}
     for d in built.deployments:
         rc = d._replica_config
@@ -194,7 +191,7 @@ def _leaves(d, prefix=""):
 def test_rayservice_pods_see_the_draft_the_recipe_trains(recipe):
     """docs/runbook.md serves right after train_draft: the replicas must find that draft at the
     path their Serve config names."""
-    from pipelines.common.config import load_stage_config
+    from pipelines.common.stage_cli import load_stage_config
     from serve_app.config import load_args
 
     train = load_stage_config("train_draft", str(REPO_ROOT / recipe.configs / "train_draft.yaml"))
@@ -222,7 +219,7 @@ def test_ray_up_serve_configs_are_the_gpu_app_with_declared_changes(recipe):
     """cluster/serve/<recipe>.yaml (what `serve deploy` gets on the `ray up` clusters) differs from
     serve_app/gpu_tp2.yaml only in the declared fields, serves the trained draft, runs on any of the
     clusters' GPUs and builds."""
-    from pipelines.common.config import load_stage_config
+    from pipelines.common.stage_cli import load_stage_config
     from serve_app.config import load_args
 
     variant = yaml.safe_load((REPO_ROOT / "cluster" / "serve" / f"{recipe.name}.yaml").read_text())

@@ -109,10 +109,12 @@ def test_report_files(run):
 def test_resume_and_identity(run):
     _, s = run_json(run["cmd"][:-1], timeout=300)
     assert s["complete"] and s["pipeline_seconds"] is None  # nothing left to do: no engine started
-    from pipelines.evaluate.config import load_eval_config
+    from specexit_core.typed_config import load_config
+
+    from pipelines.evaluate.config import EvalConfig
     from pipelines.evaluate.job import check_run_identity
 
-    cfg = load_eval_config(str(run["cfg"]), output=str(run["out"]))
+    cfg = load_config(EvalConfig, str(run["cfg"]), overrides={"output": str(run["out"])})
     cfg.seed = 123
     with pytest.raises(ValueError, match="seed"):
         check_run_identity(cfg)

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines.common.config import InputConfig
+from pipelines.traces.config import InputConfig
 from pipelines.traces.sources import read_prompts
 
 ray = pytest.importorskip("ray")

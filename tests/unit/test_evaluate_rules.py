@@ -7,14 +7,16 @@ import random
 
 import pytest
 
+from pipelines.calibrate.config import CalibrateConfig
 from pipelines.calibrate.job import grid
-from pipelines.evaluate.config import CalibrateConfig, EvalConfig, load_eval_config
+from pipelines.evaluate.config import EvalConfig
 from pipelines.evaluate.rules import (best_setting, count_think_answer, deer_confidence, deer_should_exit,
                                   dynasor_should_exit, hedges, oracle_cut)
 from pipelines.evaluate.job import aggregate, target_checks, tally_problems
 from pipelines.report.job import pareto_front
 from specexit_core.exit import ExitConfig, decide
 from specexit_core.exit.replay import exit_checks, first_exit
+from specexit_core.typed_config import load_config
 
 
 def test_deer_confidence_means():
@@ -131,7 +133,7 @@ def test_eval_config_validation(tmp_path):
         EvalConfig(output="o", engine={"model": "m"}, draft="d", typo=1)
     c = EvalConfig(output="o", engine={"model": "m"}, draft="d", methods=["oracle", "plain"])
     assert c.run_methods() == ["plain", "eagle3", "oracle"]  # the oracle needs the eagle3 trace
-    cfg = load_eval_config("examples/toy/evaluate.yaml", output=str(tmp_path / "x"), limit=3)
+    cfg = load_config(EvalConfig, "examples/toy/evaluate.yaml", overrides={"output": str(tmp_path / "x"), "limit": 3})
     assert cfg.limit == 3 and cfg.output == str(tmp_path / "x") and cfg.draft.startswith("/")
 
 

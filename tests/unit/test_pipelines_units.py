@@ -13,22 +13,23 @@ import pytest
 import torch
 
 from pipelines.common import graders
-from pipelines.common.stage_cli import main, parse_summary
-from pipelines.common.config import ConfigError, InputConfig, load_stage_config
-from pipelines.train_draft.vocab_counts import count_tokens, draft_vocab_from_counts
-from pipelines.labels.labeler import ProbeLabeler
+from pipelines.common.config import ConfigError
 from pipelines.common.parts import clean_tmp, done_ids, part_files, tally, write_part
 from pipelines.common.schemas import LABELS, TRACES, empty_row, to_table
-from pipelines.traces.sources import dedupe_ids, normalize
+from pipelines.common.stage_cli import load_stage_config, main, parse_summary
 from pipelines.common.tokens import split_token_ids, think_opened, token_ids
-from pipelines.traces.job import finalize
-from pipelines.train_draft.batch import collate
 from pipelines.common.writer import write_batch
-from specexit_core.draft.vocab import build_draft_vocab
+from pipelines.labels.labeler import ProbeLabeler
+from pipelines.traces.config import InputConfig
+from pipelines.traces.job import finalize
+from pipelines.traces.sources import dedupe_ids, normalize
+from pipelines.train_draft.vocab_counts import count_tokens
+from specexit_core.draft.vocab import build_draft_vocab, draft_vocab_from_counts
 from specexit_core.labels import label_trace
 from specexit_core.toy.task import problems
 from specexit_core.toy.tokenizer import build_tokenizer
 from specexit_core.toy.traces import make_trace
+from specexit_core.training.collate import collate
 from support.paths import REPO_ROOT
 
 EXAMPLES = sorted((REPO_ROOT / "examples").glob("*/*.yaml"))
@@ -43,8 +44,10 @@ def tok():
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_example_configs_validate(path, monkeypatch):
     """Every recipe in examples/ loads with its own typed loader (unknown keys would be errors)."""
-    from specexit_app.demo import load_demo_config
-    from pipelines.evaluate.config import load_calibrate_config, load_eval_config
+    from pipelines.calibrate.config import CalibrateConfig
+    from pipelines.evaluate.config import EvalConfig
+    from specexit_app.demo_config import load_demo_config
+    from specexit_core.typed_config import load_config
 
     monkeypatch.setenv("SPECEXIT_ROOT", str(REPO_ROOT))
     stem = path.stem
@@ -53,8 +56,8 @@ def test_example_configs_validate(path, monkeypatch):
         assert Path(cfg.workdir).is_absolute() and all(Path(getattr(cfg, s)).exists() for s in (
             "traces", "labels", "train_draft", "calibrate", "serve", "evaluate"))
         return
-    loader = {"evaluate": load_eval_config, "calibrate": load_calibrate_config}.get(stem)
-    cfg = loader(str(path)) if loader else load_stage_config(stem, str(path))
+    model = {"evaluate": EvalConfig, "calibrate": CalibrateConfig}.get(stem)
+    cfg = load_config(model, str(path)) if model else load_stage_config(stem, str(path))
     assert Path(cfg.output).is_absolute()
 
 
@@ -293,11 +296,11 @@ def test_collate_places_labels_on_completion():
              "progress": np.array([np.array([0.5, 1.0, 0.0]), np.array([1.0])], dtype=object),
              "log_remaining": np.array([np.array([0.7, 0.0, 0.0]), np.array([0.0])], dtype=object),
              "mask": np.array([np.array([True, True, False]), np.array([True])], dtype=object)}
-    b = collate(batch, pad_id=0, eos_id=9)
+    b = collate(batch["prompt_token_ids"], batch["completion_token_ids"], batch, pad_id=0, eos_id=9)
     assert b.input_ids.tolist() == [[1, 2, 4, 5, 6, 9], [3, 7, 9, 0, 0, 0]]
     assert b.loss_mask.tolist() == [[0, 0, 1, 1, 1, 1], [0, 1, 1, 0, 0, 0]]
     assert b.confidence[0].tolist() == [0, 0, 0, 1, 0, 0] and b.think_mask[1].tolist() == [0, 1, 0, 0, 0, 0]
-    t = collate(batch, pad_id=0, eos_id=9, max_len=3)
+    t = collate(batch["prompt_token_ids"], batch["completion_token_ids"], batch, pad_id=0, eos_id=9, max_len=3)
     assert t.input_ids.shape == (2, 3) and t.progress[0].tolist() == [0, 0, 0.5]
 
 
@@ -307,7 +310,7 @@ def test_init_draft_stock_gets_signal_rows_and_keeps_vocab(tmp_path):
     import torch
     from safetensors.torch import load_file
 
-    from pipelines.common.config import TrainDraftConfig
+    from pipelines.train_draft.config import TrainDraftConfig
     from pipelines.train_draft.job import prepare_init_draft
     from specexit_core.draft.checkpoint import convert, load_draft, read_config
     from specexit_core.toy.paths import DRAFT_DIR

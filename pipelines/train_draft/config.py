@@ -1,0 +1,72 @@
+"""Typed config of the draft-training job (`python -m pipelines.train_draft --config FILE`)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from pipelines.common.config import RayConfig
+from specexit_core.typed_config import StrictModel, resolve_model, resolve_path
+
+
+class TrainDraftConfig(StrictModel):
+    input: str  # labels output folder
+    output: str  # exported SpecExit draft folder
+    limit: int | None = Field(None, ge=1)
+    target: str  # the frozen target (teacher) model
+    run_name: str
+    storage_path: str = "runs/ray_train"  # Ray Train checkpoints: <storage_path>/<run_name>
+    num_workers: int = Field(2, ge=1)
+    use_gpu: bool | Literal["auto"] = "auto"
+    threads_per_worker: int = Field(1, ge=1)  # torch threads per CPU worker
+    target_dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    aux_layer_ids: tuple[int, int, int] | None = None  # None: vLLM's default (2, L//2, L-3)
+    draft_vocab_size: int | None = Field(None, ge=1)  # required unless init_draft gives it
+    # Start from an existing EAGLE-3 draft of this target (the usual case for real models: a
+    # published EAGLE-3 head): a stock one gets zero signal rows (`specexit draft convert
+    # --add-signals`), a SpecExit one is fine-tuned as is. Its draft vocab and aux layers are kept.
+    init_draft: str | None = None
+    include_embed: bool = True  # False: vLLM shares the target's embedding (saves a V x H tensor)
+    steps: int = Field(100, ge=1)
+    batch_size: int = Field(8, ge=1)  # per worker
+    max_seq_len: int | None = Field(None, ge=8)  # truncate prompt + completion
+    # Materialize the labeled rows in the Ray object store once: epochs then re-split blocks in
+    # memory instead of re-reading Parquet (seconds per epoch, which dominates on small sets).
+    # Turn off when the labels do not fit in the object store.
+    cache_data: bool = True
+    lr: float = Field(2e-3, gt=0)
+    warmup_steps: int = Field(10, ge=1)
+    unroll: int = Field(7, ge=1)
+    weighting: Literal["uncertainty", "ratio", "fixed"] = "uncertainty"
+    grad_clip: float = Field(1.0, gt=0)
+    log_every: int = Field(10, ge=1)
+    checkpoint_every: int = Field(50, ge=1)
+    num_to_keep: int = Field(2, ge=1)
+    max_failures: int = Field(2, ge=0)  # worker-group restarts from the last checkpoint
+    seed: int = 0
+    think_start: str = "<think>"
+    think_end: str = "</think>"
+    split_tokens: list[str] | None = None  # always in the draft vocab; None: auto (as labels)
+    ray: RayConfig = Field(default_factory=RayConfig)
+
+    @field_validator("aux_layer_ids")
+    @classmethod
+    def _distinct(cls, v):
+        if v is not None and (len(set(v)) != 3 or min(v) < 0):
+            raise ValueError(f"aux_layer_ids must be 3 distinct non-negative ids, got {v}")
+        return v
+
+    @model_validator(mode="after")
+    def _vocab_source(self):
+        if self.draft_vocab_size is None and self.init_draft is None:
+            raise ValueError("set draft_vocab_size (a new draft) or init_draft (fine-tune an existing one)")
+        return self
+
+    def resolve_paths(self) -> TrainDraftConfig:
+        self.input = resolve_path(self.input)
+        self.output = resolve_path(self.output)
+        self.storage_path = resolve_path(self.storage_path)
+        self.target = resolve_model(self.target)
+        self.init_draft = resolve_model(self.init_draft)
+        return self
