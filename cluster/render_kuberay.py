@@ -5,16 +5,24 @@
     python -m cluster.render_kuberay --check    # exit 1 if a committed file is stale
 
 Sources of truth, so these files cannot drift from what the rest of the project runs:
-- `serve_app/gpu_tp2.yaml` (the GPU app's `serve run` config) is the Serve config. The Qwen3-4B
-  RayService's `serveConfigV2` is its `applications` list, verbatim. `cluster/serve/<recipe>.yaml`
-  are copies of it with only the fields in SERVE_OVERRIDES changed (the model, the draft the
-  recipe trains, no `accelerator_type` so the 24 GB / A100 nodes of the `ray up` clusters qualify);
-  the DeepSeek-R1-Distill-Llama-8B RayService serves `cluster/serve/r1-llama-8b.yaml`;
+- `serve_app/gpu_tp2.yaml` (the GPU app's `serve run` config) is the Serve config.
+  `cluster/serve/<name>.yaml` are copies of it with only the fields in SERVE_VARIANTS changed: for
+  the `ray up` clusters the model, the draft the recipe trains and no `accelerator_type` (so their
+  24 GB / A100 nodes qualify); for the Qwen3-4B RayService TP=1 (one H100 holds the 4B model). A
+  RayService's `serveConfigV2` is the `applications` list of its recipe's file, verbatim;
+- a RayService's GPU worker group is derived from that Serve config: one replica per pod (the
+  replica's tensor-parallel GPUs), min..max pods = the app's min..max replicas, and a pinned
+  `accelerator_type` declared as the Ray resource it becomes (`accelerator_type:H100`, so the
+  KubeRay autoscaler, which learns node types from the RayCluster spec, can add pods for it) with
+  a node affinity to such nodes;
 - a RayService's pods see the draft the recipe's train_draft config writes at the path the Serve
   config names (a sub-path mount of the shared volume when the two differ), and the API-key file
   the Serve config names (from the Secret `specexit-api-keys`) when auth is on;
 - each RayJob runs `python -m pipelines.<stage> --config <examples/gpu/... file>` and its worker
-  group has exactly the GPUs that config asks for (engines x tensor parallel, or training workers).
+  group has exactly the GPUs that config asks for (engines x tensor parallel, or training workers);
+- every Ray cluster runs with Ray token authentication (token from the Secret `specexit-ray-token`,
+  never inline) and ships with a NetworkPolicy that admits only its own pods, the KubeRay operator
+  (dashboard port) and, for a RayService, the ingress namespace (Serve port).
 
 Every manifest uses the image `${SPECEXIT_IMAGE}` (build: `cluster/Dockerfile`); apply with
 `envsubst '$SPECEXIT_IMAGE' < FILE | kubectl apply -f -` (docs/runbook.md).
@@ -23,6 +31,7 @@ Every manifest uses the image `${SPECEXIT_IMAGE}` (build: `cluster/Dockerfile`);
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,14 +53,58 @@ STAGES = ("traces", "labels", "train_draft")
 API_KEYS_SECRET = "specexit-api-keys"
 _DELETE = object()
 
-# cluster/serve/<recipe>.yaml = serve_app/gpu_tp2.yaml with these `applications[0].args` changes
-# (nested dicts merge; _DELETE removes a key). "{draft}" is the recipe's train_draft output.
-SERVE_OVERRIDES = {
-    "qwen3-4b": {"model": {"draft": "{draft}", "accelerator_type": _DELETE}},
-    "r1-llama-8b": {"model": {"id": "deepseek-r1-distill-llama-8b-specexit",
-                              "source": "deepseek-ai/DeepSeek-R1-Distill-Llama-8B", "draft": "{draft}",
-                              "accelerator_type": _DELETE, "reasoning_parser": "deepseek_r1"}},
+# Ray token authentication (what RAY_AUTH_MODE=token + ~/.ray/auth_token do on the `ray up` clusters):
+# the token comes from this Secret, key `auth_token` (the key KubeRay's authOptions.secretName reads).
+RAY_TOKEN_SECRET = "specexit-ray-token"
+RAY_TOKEN_KEY = "auth_token"
+# Pod label naming the RayJob / RayService a pod belongs to: the NetworkPolicy's unit of trust.
+CLUSTER_LABEL = "specexit/cluster"
+# The KubeRay operator's pods (label of both its Helm chart and its kustomize install): they call the
+# head's dashboard port to submit Serve configs and read job / app status.
+OPERATOR_POD_LABELS = {"app.kubernetes.io/component": "kuberay-operator"}
+# Namespace whose pods may call the Serve HTTP port (an ingress controller's); docs/runbook.md, part B.
+SERVE_CLIENT_NAMESPACE = "ingress-nginx"
+# Nodes that carry a Ray accelerator type, as node labels: any one of these (nodeAffinity terms are
+# ORed) -- NVIDIA GPU feature discovery (GPU operator), GKE, and the instance type (EKS).
+ACCELERATOR_NODE_LABELS = {
+    "H100": {"nvidia.com/gpu.product": ["NVIDIA-H100-80GB-HBM3", "NVIDIA-H100-PCIe", "NVIDIA-H100-NVL"],
+             "cloud.google.com/gke-accelerator": ["nvidia-h100-80gb", "nvidia-h100-mega-80gb"],
+             "node.kubernetes.io/instance-type": ["p5.48xlarge", "p5.4xlarge"]},
 }
+# A serving pod's CPUs and memory per GPU it holds (one replica per pod; vLLM's host-side memory and
+# the pod's share of Ray's object store).
+SERVE_CPUS_PER_GPU = 10
+SERVE_MEMORY_GIB_PER_GPU = 40
+
+
+@dataclass(frozen=True)
+class ServeVariant:
+    """cluster/serve/<name>.yaml: serve_app/gpu_tp2.yaml with `overrides` applied to its
+    `applications[0].args` (nested dicts merge; _DELETE removes a key; "{draft}" is the output of
+    `recipe`'s train_draft config)."""
+
+    name: str
+    recipe: str
+    overrides: dict
+    use: str  # what the file is for (its header)
+
+
+SERVE_VARIANTS = (
+    ServeVariant("qwen3-4b", "qwen3-4b", {"model": {"draft": "{draft}", "accelerator_type": _DELETE}},
+                 "`serve deploy cluster/serve/qwen3-4b.yaml` on the `ray up` clusters of the qwen3-4b recipe"
+                 " (docs/runbook.md, step A5)"),
+    ServeVariant("r1-llama-8b", "r1-llama-8b",
+                 {"model": {"id": "deepseek-r1-distill-llama-8b-specexit",
+                            "source": "deepseek-ai/DeepSeek-R1-Distill-Llama-8B", "draft": "{draft}",
+                            "accelerator_type": _DELETE, "reasoning_parser": "deepseek_r1"}},
+                 "`serve deploy cluster/serve/r1-llama-8b.yaml` on the `ray up` clusters of the r1-llama-8b recipe"
+                 " (docs/runbook.md, step A5);\n# also the serveConfigV2 of cluster/kuberay/r1-llama-8b/rayservice.yaml"),
+    # One H100 80 GB holds the 4B bf16 target (8 GB) and ~60 GB of KV cache: a replica needs one GPU,
+    # so TP=2 would only halve the replicas per GPU and add an all-reduce per layer.
+    ServeVariant("qwen3-4b-h100", "qwen3-4b", {"model": {"tensor_parallel_size": 1}},
+                 "the serveConfigV2 of cluster/kuberay/qwen3-4b/rayservice.yaml (KubeRay: one H100 per replica)"),
+)
+SERVE_VARIANT = {v.name: v for v in SERVE_VARIANTS}
 
 
 @dataclass(frozen=True)
@@ -68,17 +121,11 @@ class Recipe:
 
 
 RECIPES = (
-    Recipe("qwen3-4b", "examples/gpu", SERVE_GPU_CONFIG, 4, 44, "170Gi",
+    Recipe("qwen3-4b", "examples/gpu", "cluster/serve/qwen3-4b-h100.yaml", 4, 44, "170Gi",
            "4x 24 GB GPUs (L4 / A10G), e.g. GKE g2-standard-48"),
     Recipe("r1-llama-8b", "examples/gpu/deepseek-r1-8b", "cluster/serve/r1-llama-8b.yaml", 8, 88, "600Gi",
            "8x A100 / H100, e.g. GKE a2-highgpu-8g, EKS p4d.24xlarge"),
 )
-
-# The serving cluster: one Serve replica (TP=2) per 2-GPU worker pod.
-SERVE_GPUS_PER_POD = 2
-SERVE_CPUS_PER_POD = 20
-SERVE_MEMORY_PER_POD = "80Gi"
-SERVE_MAX_WORKER_PODS = 4
 
 
 def gpus_needed(stage: str, cfg) -> int:
@@ -107,10 +154,25 @@ def _mounts():
 
 
 def _env():
-    return [{"name": "HF_HOME", "value": HF_HOME}, {"name": "TOKENIZERS_PARALLELISM", "value": "false"}]
+    return [{"name": "HF_HOME", "value": HF_HOME}, {"name": "TOKENIZERS_PARALLELISM", "value": "false"},
+            # Ray token auth on every node; a missing Secret keeps the pod from starting (fails closed)
+            {"name": "RAY_AUTH_MODE", "value": "token"},
+            {"name": "RAY_AUTH_TOKEN", "valueFrom": {"secretKeyRef": {"name": RAY_TOKEN_SECRET, "key": RAY_TOKEN_KEY}}}]
 
 
-def head_group(serve: bool, extra_volumes=(), extra_mounts=()) -> dict:
+def auth_options() -> dict:
+    """KubeRay >= 1.6: the operator sends this token to the dashboard (Serve configs, job status) and
+    sets it in the containers it adds (autoscaler, job submitter). The env of _env() sets the same
+    token in the Ray containers themselves, so an operator that drops this field cannot start them
+    without auth."""
+    return {"mode": "token", "secretName": RAY_TOKEN_SECRET}
+
+
+def _pod_metadata(cluster: str) -> dict:
+    return {"labels": {"app.kubernetes.io/part-of": "specexit", CLUSTER_LABEL: cluster}}
+
+
+def head_group(cluster: str, serve: bool, extra_volumes=(), extra_mounts=()) -> dict:
     ports = [{"containerPort": 6379, "name": "gcs-server"}, {"containerPort": 8265, "name": "dashboard"},
              {"containerPort": 10001, "name": "client"}, {"containerPort": 8080, "name": "metrics"}]
     if serve:
@@ -118,8 +180,10 @@ def head_group(serve: bool, extra_volumes=(), extra_mounts=()) -> dict:
     res = {"cpu": "8", "memory": "32Gi"}
     return {
         # The head runs the job driver, Ray Data's CPU stages and the Serve controller, never a GPU task.
+        # The dashboard listens on all interfaces for the workers, the operator and the job submitter:
+        # token auth and the cluster's NetworkPolicy guard it.
         "rayStartParams": {"dashboard-host": "0.0.0.0", "num-cpus": "8", "num-gpus": "0"},
-        "template": {"spec": {
+        "template": {"metadata": _pod_metadata(cluster), "spec": {
             "containers": [{
                 "name": "ray-head", "image": IMAGE, "imagePullPolicy": "IfNotPresent",
                 "ports": ports, "env": _env(), "volumeMounts": _mounts() + list(extra_mounts),
@@ -130,22 +194,65 @@ def head_group(serve: bool, extra_volumes=(), extra_mounts=()) -> dict:
     }
 
 
-def gpu_group(name: str, gpus: int, cpus: int, memory: str, replicas: int, min_replicas: int,
-              max_replicas: int, extra_volumes=(), extra_mounts=()) -> dict:
+def gpu_group(cluster: str, name: str, gpus: int, cpus: int, memory: str, replicas: int, min_replicas: int,
+              max_replicas: int, extra_volumes=(), extra_mounts=(), accelerator_type: str | None = None) -> dict:
     res = {"cpu": str(cpus), "memory": memory, "nvidia.com/gpu": str(gpus)}
+    spec = {
+        "containers": [{
+            "name": "ray-worker", "image": IMAGE, "imagePullPolicy": "IfNotPresent",
+            "env": _env(), "volumeMounts": _mounts() + list(extra_mounts),
+            "resources": {"requests": dict(res), "limits": dict(res)},
+        }],
+        "volumes": _volumes() + list(extra_volumes),
+        # GPU node pools are usually tainted; add a nodeSelector for your accelerator if you have several.
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+    }
+    start = {}  # Ray reads CPUs / GPUs from the container limits
+    if accelerator_type:
+        # Ray detects the type on the node and offers `accelerator_type:<type>`, but the KubeRay
+        # autoscaler only knows what the group declares: without this it finds no node type for a
+        # pinned replica and never adds a pod. The affinity makes the declaration true.
+        start["resources"] = "'" + json.dumps({f"accelerator_type:{accelerator_type}": 1}) + "'"
+        spec["affinity"] = accelerator_affinity(accelerator_type)
     return {
         "groupName": name, "replicas": replicas, "minReplicas": min_replicas, "maxReplicas": max_replicas,
-        "rayStartParams": {},  # Ray reads CPUs / GPUs from the container limits
-        "template": {"spec": {
-            "containers": [{
-                "name": "ray-worker", "image": IMAGE, "imagePullPolicy": "IfNotPresent",
-                "env": _env(), "volumeMounts": _mounts() + list(extra_mounts),
-                "resources": {"requests": dict(res), "limits": dict(res)},
-            }],
-            "volumes": _volumes() + list(extra_volumes),
-            # GPU node pools are usually tainted; add a nodeSelector for your accelerator if you have several.
-            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-        }},
+        "rayStartParams": start,
+        "template": {"metadata": _pod_metadata(cluster), "spec": spec},
+    }
+
+
+def accelerator_affinity(accelerator_type: str) -> dict:
+    if accelerator_type not in ACCELERATOR_NODE_LABELS:
+        raise ValueError(f"accelerator_type {accelerator_type!r}: add the node labels of such nodes to "
+                         f"ACCELERATOR_NODE_LABELS in {Path(__file__).name}")
+    terms = [{"matchExpressions": [{"key": k, "operator": "In", "values": list(v)}]}
+             for k, v in ACCELERATOR_NODE_LABELS[accelerator_type].items()]
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
+
+
+def network_policy(cluster: str, labels: dict, submitter_job: str | None = None, serve: bool = False) -> dict:
+    """Ingress to the pods of one Ray cluster (head and workers): from its own pods on any port (Ray's
+    head <-> worker traffic uses GCS, raylet, object manager and worker ports), from the KubeRay
+    operator to the dashboard, from the RayJob's submitter pod (label `job-name`, set by Kubernetes)
+    to the dashboard, and, for a RayService, from the ingress namespace to the Serve port.
+    Everything else, 6379 / 8265 / 10001 from other pods included, is dropped. Egress stays open
+    (model downloads). `kubectl port-forward` reaches the pod through the kubelet, not this policy."""
+    own = {"podSelector": {"matchLabels": {CLUSTER_LABEL: cluster}}}
+    dashboard = [{"port": 8265, "protocol": "TCP"}]
+    rules = [{"from": [own]},
+             {"from": [{"namespaceSelector": {}, "podSelector": {"matchLabels": dict(OPERATOR_POD_LABELS)}}],
+              "ports": dashboard}]
+    if submitter_job:
+        rules.append({"from": [{"podSelector": {"matchLabels": {"job-name": submitter_job}}}], "ports": dashboard})
+    if serve:
+        rules.append({"from": [{"namespaceSelector": {"matchLabels": {
+            "kubernetes.io/metadata.name": SERVE_CLIENT_NAMESPACE}}}], "ports": [{"port": 8000, "protocol": "TCP"}]})
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": cluster, "labels": dict(labels)},
+        "spec": {"podSelector": {"matchLabels": {CLUSTER_LABEL: cluster}}, "policyTypes": ["Ingress"],
+                 "ingress": rules},
     }
 
 
@@ -155,12 +262,11 @@ def rayjob(recipe: Recipe, stage: str) -> dict:
     cfg = load_config(stage, ROOT / cfg_path)
     need = gpus_needed(stage, cfg)
     pods = max(1, -(-need // recipe.gpus_per_pod))
+    name = rayjob_name(recipe, stage)
     return {
         "apiVersion": "ray.io/v1",
         "kind": "RayJob",
-        "metadata": {"name": f"specexit-{recipe.name}-{stage.replace('_', '-')}",
-                     "labels": {"app.kubernetes.io/part-of": "specexit", "specexit/stage": stage,
-                                "specexit/model": recipe.name}},
+        "metadata": {"name": name, "labels": rayjob_labels(recipe, stage)},
         "spec": {
             "entrypoint": f"python -m pipelines.{stage} --config {IMAGE_ROOT}/{cfg_path}",
             # A failed or preempted run is submitted again on a fresh cluster: the stage resumes from
@@ -170,16 +276,30 @@ def rayjob(recipe: Recipe, stage: str) -> dict:
             "ttlSecondsAfterFinished": 600,
             "rayClusterSpec": {
                 "rayVersion": RAY_VERSION,
-                "headGroupSpec": head_group(serve=False),
-                "workerGroupSpecs": [gpu_group("gpu", recipe.gpus_per_pod, recipe.cpus_per_pod,
+                "authOptions": auth_options(),
+                "headGroupSpec": head_group(name, serve=False),
+                "workerGroupSpecs": [gpu_group(name, "gpu", recipe.gpus_per_pod, recipe.cpus_per_pod,
                                                recipe.memory_per_pod, pods, pods, pods)],
             },
         },
     }
 
 
+def rayjob_name(recipe: Recipe, stage: str) -> str:
+    return f"specexit-{recipe.name}-{stage.replace('_', '-')}"
+
+
+def rayjob_labels(recipe: Recipe, stage: str) -> dict:
+    return {"app.kubernetes.io/part-of": "specexit", "specexit/stage": stage, "specexit/model": recipe.name}
+
+
 def trained_draft(recipe: Recipe) -> str:
     return load_config("train_draft", ROOT / recipe.configs / "train_draft.yaml").output
+
+
+def recipe_named(name: str) -> Recipe:
+    (recipe,) = [r for r in RECIPES if r.name == name]
+    return recipe
 
 
 def _merge(base: dict, over: dict, recipe: Recipe) -> dict:
@@ -194,18 +314,34 @@ def _merge(base: dict, over: dict, recipe: Recipe) -> dict:
     return out
 
 
-def serve_variant(recipe: Recipe) -> dict:
-    """cluster/serve/<recipe>.yaml: serve_app/gpu_tp2.yaml with SERVE_OVERRIDES[recipe] applied."""
+def serve_variant(variant: ServeVariant) -> dict:
+    """cluster/serve/<variant.name>.yaml: serve_app/gpu_tp2.yaml with the variant's overrides applied."""
     doc = read_yaml(ROOT / SERVE_GPU_CONFIG)
     (app,) = doc["applications"]
-    app["args"] = _merge(app["args"], SERVE_OVERRIDES[recipe.name], recipe)
+    app["args"] = _merge(app["args"], variant.overrides, recipe_named(variant.recipe))
     return doc
 
 
 def serve_doc(recipe: Recipe) -> dict:
     if recipe.rayservice_config == SERVE_GPU_CONFIG:
         return read_yaml(ROOT / SERVE_GPU_CONFIG)
-    return serve_variant(recipe)
+    return serve_variant(SERVE_VARIANT[Path(recipe.rayservice_config).stem])
+
+
+def serve_group(cluster: str, applications: list, vols: list, mounts: list) -> dict:
+    """The RayService's GPU workers, from its Serve config: one engine replica per pod (its
+    tensor-parallel GPUs, STRICT_PACK on one node), as many pods as the app has replicas (Serve
+    autoscaling asks, the KubeRay autoscaler adds the pods), on nodes of the pinned accelerator."""
+    from serve_app.config import load_args
+
+    gpu_args = [a for a in (load_args(app.get("args")) for app in applications) if a.model.accelerator == "gpu"]
+    if len(gpu_args) != 1:
+        raise ValueError(f"a RayService serves one GPU model, got {len(gpu_args)}")
+    (args,) = gpu_args
+    tp, scale = args.model.tensor_parallel_size, args.autoscaling
+    return gpu_group(cluster, "gpu", tp, SERVE_CPUS_PER_GPU * tp, f"{SERVE_MEMORY_GIB_PER_GPU * tp}Gi",
+                     max(1, scale.min_replicas), scale.min_replicas, scale.max_replicas, vols, mounts,
+                     accelerator_type=args.model.accelerator_type)
 
 
 def serve_pod_extras(recipe: Recipe, applications: list) -> tuple[list, list]:
@@ -229,23 +365,31 @@ def serve_pod_extras(recipe: Recipe, applications: list) -> tuple[list, list]:
     return volumes, mounts
 
 
+def rayservice_name(recipe: Recipe) -> str:
+    return f"specexit-{recipe.name}"
+
+
+def rayservice_labels(recipe: Recipe) -> dict:
+    return {"app.kubernetes.io/part-of": "specexit", "specexit/model": recipe.name}
+
+
 def rayservice(recipe: Recipe) -> dict:
     applications = serve_doc(recipe)["applications"]
     vols, mounts = serve_pod_extras(recipe, applications)
+    name = rayservice_name(recipe)
     return {
         "apiVersion": "ray.io/v1",
         "kind": "RayService",
-        "metadata": {"name": f"specexit-{recipe.name}",
-                     "labels": {"app.kubernetes.io/part-of": "specexit", "specexit/model": recipe.name}},
+        "metadata": {"name": name, "labels": rayservice_labels(recipe)},
         "spec": {
-            # = the `applications` of the recipe's Serve config (tests/test_cluster_kuberay.py checks it)
+            # = the `applications` of the recipe's Serve config (tests/integration/test_cluster_kuberay.py checks it)
             "serveConfigV2": yaml.safe_dump({"applications": applications}, sort_keys=False, width=1000),
             "rayClusterConfig": {
                 "rayVersion": RAY_VERSION,
+                "authOptions": auth_options(),
                 "enableInTreeAutoscaling": True,  # Serve autoscaling adds / removes GPU worker pods
-                "headGroupSpec": head_group(serve=True, extra_volumes=vols, extra_mounts=mounts),
-                "workerGroupSpecs": [gpu_group("gpu", SERVE_GPUS_PER_POD, SERVE_CPUS_PER_POD, SERVE_MEMORY_PER_POD,
-                                               1, 1, SERVE_MAX_WORKER_PODS, vols, mounts)],
+                "headGroupSpec": head_group(name, serve=True, extra_volumes=vols, extra_mounts=mounts),
+                "workerGroupSpecs": [serve_group(name, applications, vols, mounts)],
             },
         },
     }
@@ -281,15 +425,18 @@ HEADER = ("# Generated by `python -m cluster.render_kuberay` -- edit that, not t
           "# Apply: envsubst '$SPECEXIT_IMAGE' < {path} | kubectl apply -f -   (docs/runbook.md)\n")
 
 
-def dump(doc: dict, rel: str, note: str = "") -> str:
-    return HEADER.format(path=rel) + (f"# {note}\n" if note else "") + yaml.dump(
-        doc, Dumper=_Dumper, sort_keys=False, width=1000)
+def dump(docs: dict | list, rel: str, note: str = "") -> str:
+    docs = docs if isinstance(docs, list) else [docs]
+    return HEADER.format(path=rel) + (f"# {note}\n" if note else "") + yaml.dump_all(
+        docs, Dumper=_Dumper, sort_keys=False, width=1000)
 
 
-def _accelerator_note(applications: list) -> str:
-    types = sorted({t for a in applications if (t := ((a.get("args") or {}).get("model") or {}).get("accelerator_type"))})
-    return (f" Replicas ask for accelerator_type {', '.join(types)}: schedule the GPU pods on such nodes."
-            if types else "")
+def _serve_note(svc: dict) -> str:
+    (group,) = svc["spec"]["rayClusterConfig"]["workerGroupSpecs"]
+    gpus = group["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"]
+    pin = group["rayStartParams"].get("resources")
+    return (f"one replica per {gpus}-GPU pod, {group['minReplicas']}..{group['maxReplicas']} pods"
+            + (f"; the pods declare {pin} and run on such nodes" if pin else ""))
 
 
 def render() -> dict[str, str]:
@@ -299,19 +446,23 @@ def render() -> dict[str, str]:
     for recipe in RECIPES:
         for stage in STAGES:
             rel = f"cluster/kuberay/{recipe.name}/rayjob-{stage.replace('_', '-')}.yaml"
-            files[rel] = dump(rayjob(recipe, stage), rel, f"{recipe.name}, stage {stage}: {recipe.gpu_note}.")
+            name = rayjob_name(recipe, stage)
+            policy = network_policy(name, rayjob_labels(recipe, stage), submitter_job=name)
+            files[rel] = dump([rayjob(recipe, stage), policy], rel,
+                              f"{recipe.name}, stage {stage}: {recipe.gpu_note}. Its NetworkPolicy comes with it.")
     if not (ROOT / SERVE_GPU_CONFIG).exists():
         return files
+    for variant in SERVE_VARIANTS:
+        rel = f"cluster/serve/{variant.name}.yaml"
+        changed = ", ".join(sorted(_flat(variant.overrides)))
+        files[rel] = SERVE_HEADER.format(use=variant.use, changed=changed) + yaml.safe_dump(
+            serve_variant(variant), sort_keys=False, width=1000)
     for recipe in RECIPES:
-        rel = f"cluster/serve/{recipe.name}.yaml"
-        changed = ", ".join(sorted(_flat(SERVE_OVERRIDES[recipe.name])))
-        files[rel] = SERVE_HEADER.format(recipe=recipe.name, path=rel, changed=changed) + yaml.safe_dump(
-            serve_variant(recipe), sort_keys=False, width=1000)
         rel = f"cluster/kuberay/{recipe.name}/rayservice.yaml"
         svc = rayservice(recipe)
-        apps = yaml.safe_load(svc["spec"]["serveConfigV2"])["applications"]
-        files[rel] = dump(svc, rel, f"serveConfigV2 = applications of {recipe.rayservice_config}; one TP=2 replica "
-                          f"per {SERVE_GPUS_PER_POD}-GPU pod.{_accelerator_note(apps)}")
+        policy = network_policy(rayservice_name(recipe), rayservice_labels(recipe), serve=True)
+        files[rel] = dump([svc, policy], rel, f"serveConfigV2 = applications of {recipe.rayservice_config}; "
+                          f"{_serve_note(svc)}. Its NetworkPolicy comes with it.")
     return files
 
 
@@ -322,10 +473,9 @@ def _flat(d: dict, prefix: str = "") -> list[str]:
     return out
 
 
-SERVE_HEADER = """# Serve config of the {recipe} recipe on the `ray up` clusters (docs/runbook.md, step A5):
-#   serve deploy {path}
+SERVE_HEADER = """# Serve config: {use}.
 # Generated by `python -m cluster.render_kuberay` from serve_app/gpu_tp2.yaml -- edit that or
-# SERVE_OVERRIDES in cluster/render_kuberay.py, not this file. Changed args: {changed}.
+# SERVE_VARIANTS in cluster/render_kuberay.py, not this file. Changed args: {changed}.
 """
 
 

@@ -1,10 +1,12 @@
 """KubeRay manifests (cluster/kuberay/) and the `ray up` Serve configs (cluster/serve/): they
 parse, have the right kinds and fields, are in sync with their sources (`python -m
 cluster.render_kuberay --check`), give each stage the GPUs its config asks for; each RayService's
-`serveConfigV2` is exactly the `applications` of its Serve config (serve_app/gpu_tp2.yaml for
-Qwen3-4B, cluster/serve/r1-llama-8b.yaml for the 8B) and builds, through Serve's own builder path
-and the app's typed validation, the same application; the Serve replicas see the draft the recipe
-trains. Seconds (~20 s for the app builds), no cluster."""
+`serveConfigV2` is exactly the `applications` of its Serve config (cluster/serve/qwen3-4b-h100.yaml
+for Qwen3-4B, cluster/serve/r1-llama-8b.yaml for the 8B, both serve_app/gpu_tp2.yaml with declared
+changes) and builds, through Serve's own builder path and the app's typed validation, the same
+application; the Serve replicas see the draft the recipe trains. Scaling (tests/unit/
+test_cluster_scaling.py) and auth / NetworkPolicy / NFS (tests/unit/test_cluster_security.py) have
+their own tests. Seconds (~20 s for the app builds), no cluster."""
 
 from __future__ import annotations
 
@@ -29,6 +31,12 @@ def _docs(path: Path) -> list[dict]:
     docs = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
     assert docs, path
     return docs
+
+
+def _doc(path: Path, kind: str) -> dict:
+    """The one `kind` document of a file (a RayJob / RayService file also holds its NetworkPolicy)."""
+    (doc,) = [d for d in _docs(path) if d["kind"] == kind]
+    return doc
 
 
 def _containers(pod_template: dict) -> list[dict]:
@@ -73,12 +81,14 @@ def test_every_manifest_parses_with_the_right_kind():
     for p in sorted(KDIR.rglob("*.yaml")):
         for d in _docs(p):
             kinds.setdefault(d["kind"], []).append(str(p.relative_to(KDIR)))
-            assert d["apiVersion"] == ("v1" if d["kind"] == "PersistentVolumeClaim" else "ray.io/v1")
+            assert d["apiVersion"] == {"PersistentVolumeClaim": "v1",
+                                       "NetworkPolicy": "networking.k8s.io/v1"}.get(d["kind"], "ray.io/v1")
             assert d["metadata"]["name"]
     assert sorted(kinds["RayJob"]) == sorted(f"{r.name}/rayjob-{s}.yaml" for r in rk.RECIPES
                                              for s in ("traces", "labels", "train-draft"))
     assert kinds["PersistentVolumeClaim"] == ["storage.yaml"]
     assert sorted(kinds["RayService"]) == sorted(f"{r.name}/rayservice.yaml" for r in rk.RECIPES)
+    assert sorted(kinds["NetworkPolicy"]) == sorted(kinds["RayJob"] + kinds["RayService"])  # one each
 
 
 @pytest.mark.parametrize("recipe", rk.RECIPES, ids=lambda r: r.name)
@@ -86,8 +96,7 @@ def test_every_manifest_parses_with_the_right_kind():
 def test_rayjob_runs_the_stage_config_with_its_gpus(recipe, stage):
     from pipelines.common.stage_cli import load_stage_config
 
-    (job,) = _docs(KDIR / recipe.name / f"rayjob-{stage.replace('_', '-')}.yaml")
-    assert job["kind"] == "RayJob"
+    job = _doc(KDIR / recipe.name / f"rayjob-{stage.replace('_', '-')}.yaml", "RayJob")
     spec = job["spec"]
     cfg_rel = f"{recipe.configs}/{stage}.yaml"
     assert spec["entrypoint"] == f"python -m pipelines.{stage} --config /home/ray/specexit/{cfg_rel}"
@@ -110,14 +119,16 @@ def _serve_recipes():
     return [pytest.param(r, id=r.name, marks=needs_serve_config) for r in rk.RECIPES]
 
 
-def test_the_4b_rayservice_carries_the_gpu_app_config():
-    assert rk.RECIPES[0].name == "qwen3-4b" and rk.RECIPES[0].rayservice_config == "serve_app/gpu_tp2.yaml"
+def test_the_4b_rayservice_carries_the_gpu_app_config_at_tp1():
+    """The Qwen3-4B RayService serves serve_app/gpu_tp2.yaml (H100 pin included) at TP=1: one H100
+    holds the 4B model; the declared-changes test below checks nothing else differs."""
+    assert rk.RECIPES[0].name == "qwen3-4b" and rk.RECIPES[0].rayservice_config == "cluster/serve/qwen3-4b-h100.yaml"
+    assert rk.SERVE_VARIANT["qwen3-4b-h100"].overrides == {"model": {"tensor_parallel_size": 1}}
 
 
 @pytest.mark.parametrize("recipe", _serve_recipes())
 def test_rayservice_serves_exactly_the_serve_config(recipe):
-    (svc,) = _docs(KDIR / recipe.name / "rayservice.yaml")
-    assert svc["kind"] == "RayService"
+    svc = _doc(KDIR / recipe.name / "rayservice.yaml", "RayService")
     serve_cfg = yaml.safe_load(svc["spec"]["serveConfigV2"])  # a YAML string inside the manifest
     source = yaml.safe_load((REPO_ROOT / recipe.rayservice_config).read_text())
     assert serve_cfg == {"applications": source["applications"]}
@@ -155,10 +166,10 @@ def _build(app_cfg: dict):
 @pytest.mark.parametrize("recipe", _serve_recipes())
 def test_rayservice_builds_the_same_application_as_the_serve_config(recipe):
     """serveConfigV2 goes through the Serve app's own builder and validation and yields the same
-    deployments as the Serve config it was rendered from; the TP=2 GPU replica fits one worker pod."""
+    deployments as the Serve config it was rendered from; one GPU replica is one worker pod."""
     from serve_app.config import load_args
 
-    (svc,) = _docs(KDIR / recipe.name / "rayservice.yaml")
+    svc = _doc(KDIR / recipe.name / "rayservice.yaml", "RayService")
     apps = yaml.safe_load(svc["spec"]["serveConfigV2"])["applications"]
     source = yaml.safe_load((REPO_ROOT / recipe.rayservice_config).read_text())["applications"]
     assert [a["name"] for a in apps] == [a["name"] for a in source]
@@ -172,9 +183,10 @@ def test_rayservice_builds_the_same_application_as_the_serve_config(recipe):
         gpu_deps = [d for d in built.values() if any(b.get("GPU") for b in d["bundles"] or [])]
         assert len(gpu_deps) == 1, built.keys()
         bundles = gpu_deps[0]["bundles"]
-        assert sum(b["GPU"] for b in bundles) == args.model.tensor_parallel_size <= _gpus(group)
+        assert sum(b["GPU"] for b in bundles) == args.model.tensor_parallel_size == _gpus(group)
         assert gpu_deps[0]["strategy"] == "STRICT_PACK"
-        assert args.autoscaling.max_replicas * args.model.tensor_parallel_size <= group["maxReplicas"] * _gpus(group)
+        assert (group["minReplicas"], group["maxReplicas"]) == (args.autoscaling.min_replicas,
+                                                                args.autoscaling.max_replicas)
 
 
 def _leaves(d, prefix=""):
@@ -195,7 +207,7 @@ def test_rayservice_pods_see_the_draft_the_recipe_trains(recipe):
     from serve_app.config import load_args
 
     train = load_stage_config("train_draft", str(REPO_ROOT / recipe.configs / "train_draft.yaml"))
-    (svc,) = _docs(KDIR / recipe.name / "rayservice.yaml")
+    svc = _doc(KDIR / recipe.name / "rayservice.yaml", "RayService")
     (app,) = yaml.safe_load(svc["spec"]["serveConfigV2"])["applications"]
     args = load_args(app["args"])
     assert args.model.source == train.target
@@ -214,28 +226,33 @@ def test_rayservice_pods_see_the_draft_the_recipe_trains(recipe):
         assert vols["api-keys"]["secret"]["items"] == [{"key": "api-keys", "path": key.name}]
 
 
-@pytest.mark.parametrize("recipe", _serve_recipes())
-def test_ray_up_serve_configs_are_the_gpu_app_with_declared_changes(recipe):
-    """cluster/serve/<recipe>.yaml (what `serve deploy` gets on the `ray up` clusters) differs from
-    serve_app/gpu_tp2.yaml only in the declared fields, serves the trained draft, runs on any of the
-    clusters' GPUs and builds."""
+@pytest.mark.parametrize("variant", [pytest.param(v, id=v.name, marks=needs_serve_config) for v in rk.SERVE_VARIANTS])
+def test_generated_serve_configs_are_the_gpu_app_with_declared_changes(variant):
+    """cluster/serve/<name>.yaml differs from serve_app/gpu_tp2.yaml only in the declared fields,
+    serves the trained draft (where the pods see it), and builds. The `ray up` ones run on any of
+    those clusters' GPUs (no accelerator pin) at TP=2; the Qwen3-4B RayService's one at TP=1 on H100."""
     from pipelines.common.stage_cli import load_stage_config
     from serve_app.config import load_args
 
-    variant = yaml.safe_load((REPO_ROOT / "cluster" / "serve" / f"{recipe.name}.yaml").read_text())
+    variant_doc = yaml.safe_load((REPO_ROOT / "cluster" / "serve" / f"{variant.name}.yaml").read_text())
     base = yaml.safe_load(SERVE_GPU.read_text())
-    assert {k: v for k, v in variant.items() if k != "applications"} == {
+    assert {k: v for k, v in variant_doc.items() if k != "applications"} == {
         k: v for k, v in base.items() if k != "applications"}
-    (app,), (base_app,) = variant["applications"], base["applications"]
+    (app,), (base_app,) = variant_doc["applications"], base["applications"]
     assert {k: v for k, v in app.items() if k != "args"} == {k: v for k, v in base_app.items() if k != "args"}
     got, want = _leaves(app["args"]), _leaves(base_app["args"])
     changed = {k for k in got.keys() | want.keys() if got.get(k, "<absent>") != want.get(k, "<absent>")}
-    assert changed <= set(rk._flat(rk.SERVE_OVERRIDES[recipe.name])), changed
+    assert changed <= set(rk._flat(variant.overrides)), changed
     args = load_args(app["args"])
+    recipe = rk.recipe_named(variant.recipe)
     train = load_stage_config("train_draft", str(REPO_ROOT / recipe.configs / "train_draft.yaml"))
-    assert args.model.draft == train.output and args.model.source == train.target
-    assert args.model.accelerator == "gpu" and args.model.accelerator_type is None
-    assert args.model.tensor_parallel_size == 2
+    assert args.model.source == train.target and args.model.accelerator == "gpu"
+    if variant.name == "qwen3-4b-h100":  # KubeRay: the pods mount the trained draft where this looks
+        assert (args.model.accelerator_type, args.model.tensor_parallel_size) == ("H100", 1)
+        assert recipe.rayservice_config == f"cluster/serve/{variant.name}.yaml"
+    else:  # `ray up`: the draft on the shared NFS volume, any GPU
+        assert args.model.draft == train.output
+        assert (args.model.accelerator_type, args.model.tensor_parallel_size) == (None, 2)
     built = _build(app)
     assert any(any(b.get("GPU") for b in d["bundles"] or []) for d in built.values())
 
