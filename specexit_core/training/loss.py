@@ -29,12 +29,14 @@ class LossConfig:
     step_decay: float = 0.8
     weighting: str = "uncertainty"  # "uncertainty" (learned log-variances) | "ratio" | "fixed"
     signal_weight: float = 1.0  # for "fixed"
-    # Recompute each unroll step's decoder layer and each loss chunk during backward instead of
-    # keeping their activations: activation memory of about one step instead of `unroll` steps, for
-    # one more forward of the draft layer and head (see specexit_core/training/memory.py).
+    # Recompute each unroll step's decoder layer during backward instead of keeping its
+    # activations: activation memory of about one step instead of `unroll` steps, for one more
+    # forward of the draft layer (see specexit_core/training/memory.py).
     recompute: bool = False
     # Draft-vocab logits (with their softmax and log-softmax) exist for this many positions at a
-    # time; over a 32k draft vocab that is ~24 bytes x 32k x 2048 = 1.6 GB per chunk.
+    # time, and are always recomputed in backward (only the chunk's hidden states are kept): over
+    # a 32k draft vocab that is 16 bytes x 32k x 2048 = 1 GB per chunk instead of 8 bytes x 32k
+    # per token and step for the whole unroll (32 GB at 2 x 8k tokens and 7 steps).
     loss_chunk_tokens: int = 2048
 
     def __post_init__(self):
@@ -46,10 +48,9 @@ class LossConfig:
             raise ValueError("loss_chunk_tokens must be >= 1")
 
 
-def _maybe_checkpoint(recompute: bool, fn, *args):
-    if recompute:
-        return checkpoint(fn, *args, use_reentrant=False, preserve_rng_state=False)
-    return fn(*args)
+def _recomputed(fn, *args):
+    """fn(*args) keeping only its inputs for backward, which runs it again (no dropout: no RNG state)."""
+    return checkpoint(fn, *args, use_reentrant=False, preserve_rng_state=False)
 
 
 def _unroll_step(draft: SpecExitDraft, step_ids, hidden, pos, *kv):
@@ -88,7 +89,10 @@ def ttt_unroll(draft: SpecExitDraft, aux, input_ids, unroll: int, *, hidden=None
         tok_pos = idx + j + 1  # token fed at index t: x_{t+j+1}
         step_ids = input_ids[:, tok_pos.clamp(max=t_len - 1)]
         pos = (idx + j)[None].expand(b, n)
-        hidden, k, v = _maybe_checkpoint(recompute, _unroll_step, draft, step_ids, hidden, pos, *kv)
+        if recompute:
+            hidden, k, v = _recomputed(_unroll_step, draft, step_ids, hidden, pos, *kv)
+        else:
+            hidden, k, v = _unroll_step(draft, step_ids, hidden, pos, *kv)
         kv = kv + (k, v)
         yield j, hidden, tok_pos
 
@@ -112,7 +116,7 @@ def ttt_token_loss(draft: SpecExitDraft, aux, input_ids, target_logits, loss_mas
     that position is one we want drafted, e.g. completion tokens). Step j at index t predicts
     x_{t+j+2}: its target is the target's distribution at position t+j+1, restricted to the draft
     vocab (softmax over those logits, as EAGLE-3 does). The logits are computed `cfg.loss_chunk_tokens`
-    positions at a time.
+    positions at a time, again in backward.
     """
     b, t_len = input_ids.shape
     if target_logits.shape[-1] != draft.cfg.draft_vocab_size:  # full target vocab: the draft vocab's columns
@@ -128,8 +132,7 @@ def ttt_token_loss(draft: SpecExitDraft, aux, input_ids, target_logits, loss_mas
         ce_sum = agree_sum = 0.0
         for s in range(0, len(tok_pos), chunk):
             e = s + chunk
-            ce, agree = _maybe_checkpoint(cfg.recompute, _chunk_ce, draft, prenorm[:, s:e], target_logits,
-                                          tgt_pos[s:e], m[:, s:e])
+            ce, agree = _recomputed(_chunk_ce, draft, prenorm[:, s:e], target_logits, tgt_pos[s:e], m[:, s:e])
             ce_sum, agree_sum = ce_sum + ce, agree_sum + agree
         denom = m.sum().clamp(min=1.0)
         step_loss = ce_sum / denom
