@@ -39,6 +39,11 @@ class TrainDraftConfig(StrictModel):
     warmup_steps: int = Field(10, ge=1)
     unroll: int = Field(7, ge=1)
     weighting: Literal["uncertainty", "ratio", "fixed"] = "uncertainty"
+    # Memory of the draft step ("auto": on when the workers train on GPUs; docs/runbook.md, "Draft
+    # training memory and time"): bf16 autocast for the draft (weights, gradients and AdamW state stay fp32),
+    # and recomputing each unroll step's decoder layer in backward instead of keeping it.
+    bf16_autocast: bool | Literal["auto"] = "auto"
+    recompute: bool | Literal["auto"] = "auto"
     grad_clip: float = Field(1.0, gt=0)
     log_every: int = Field(10, ge=1)
     checkpoint_every: int = Field(50, ge=1)

@@ -59,6 +59,11 @@ def build_draft(target, cfg: TrainDraftConfig, d2t: torch.Tensor, t2d: torch.Ten
     return draft
 
 
+def auto_on_gpu(flag: bool | str, device_type: str) -> bool:
+    """A `bool | "auto"` config flag: "auto" is on for CUDA workers, off on CPU."""
+    return device_type == "cuda" if flag == "auto" else bool(flag)
+
+
 def lr_at(cfg: TrainDraftConfig, step: int) -> float:
     warm = min(1.0, (step + 1) / cfg.warmup_steps)
     return cfg.lr * warm * 0.5 * (1 + math.cos(math.pi * step / cfg.steps))
@@ -120,7 +125,10 @@ def train_loop(config: dict) -> None:
     else:
         draft = build_draft(target, cfg, torch.tensor(config["d2t"]), torch.tensor(config["t2d"], dtype=torch.bool),
                             config.get("token_ids"))
-    objective = SpecExitObjective(draft, LossConfig(unroll=cfg.unroll, weighting=cfg.weighting)).to(device)
+    autocast = auto_on_gpu(cfg.bf16_autocast, device.type)
+    recompute = auto_on_gpu(cfg.recompute, device.type)
+    objective = SpecExitObjective(draft, LossConfig(unroll=cfg.unroll, weighting=cfg.weighting,
+                                                    recompute=recompute)).to(device)
     opt = torch.optim.AdamW([p for p in objective.parameters() if p.requires_grad], lr=cfg.lr, betas=(0.9, 0.95),
                             weight_decay=0.0)
 
@@ -136,7 +144,7 @@ def train_loop(config: dict) -> None:
         _event(config.get("events"), event="start", step=step, world_size=world, resumed=ckpt is not None)
         _say(f"[train] rank 0/{world}: {'resuming from step ' + str(step) if ckpt else 'starting'}; "
               f"{sum(p.numel() for p in objective.parameters() if p.requires_grad) / 1e6:.2f}M trainable params; "
-              f"device {device}")
+              f"device {device}; bf16 autocast {autocast}, recompute {recompute}")
 
     # Learned weights exist only in "uncertainty" mode; other modes leave log_vars out of the graph.
     model = ray.train.torch.prepare_model(
@@ -162,7 +170,7 @@ def train_loop(config: dict) -> None:
                                 eos_id=eos, max_len=cfg.max_seq_len), device)
             t_data += time.time() - t_mark
             t_mark = time.time()
-            logs = train_step(model, opt, target, batch, grad_clip=cfg.grad_clip)
+            logs = train_step(model, opt, target, batch, grad_clip=cfg.grad_clip, autocast=autocast)
             t_step += time.time() - t_mark
             t_mark = time.time()  # from here on it counts as data/reporting time
             step += 1

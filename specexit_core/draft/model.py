@@ -157,7 +157,7 @@ class SpecExitDraft(nn.Module):
         return out
 
     # -- inference: one forward over new positions with a KV cache ------------------------------
-    def forward_cached(self, input_ids, hidden, pos, cache: "DraftKV | None"):
+    def forward_cached(self, input_ids, hidden, pos, cache: DraftKV | None):
         """Run new positions (attending to the cache and causally to each other); append their k/v."""
         q, k, v, res = self.pre_attn(input_ids, hidden, pos)
         if cache is None:

@@ -42,7 +42,7 @@ class TargetShape:
     tied: bool
 
     @classmethod
-    def from_hf(cls, cfg) -> "TargetShape":
+    def from_hf(cls, cfg) -> TargetShape:
         """From a transformers config (Llama / Qwen-style decoder)."""
         return cls(hidden=cfg.hidden_size, layers=cfg.num_hidden_layers, heads=cfg.num_attention_heads,
                    kv_heads=getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads,

@@ -8,11 +8,11 @@ import torch
 import torch.nn.functional as F
 
 from specexit_core.draft.checkpoint import CheckpointMismatch, convert, load_draft, save_draft
-from specexit_core.draft.config import DraftConfig, SPECEXIT_ARCH, STOCK_ARCH
+from specexit_core.draft.config import SPECEXIT_ARCH, STOCK_ARCH, DraftConfig
 from specexit_core.draft.model import DraftKV, SpecExitDraft
 from specexit_core.draft.vocab import build_draft_vocab
-from specexit_core.training.loss import DynamicWeighting, LossConfig, ttt_token_loss, ttt_unroll
 from specexit_core.training import ttt_attention
+from specexit_core.training.loss import DynamicWeighting, LossConfig, ttt_token_loss, ttt_unroll
 
 
 def small_cfg(**kw) -> DraftConfig:
@@ -257,7 +257,9 @@ def test_ttt_loss_decreases_when_overfitting_one_batch():
     for _ in range(60):
         loss, m = ttt_token_loss(d, aux, ids, tgt, mask, cfg)
         first = first if first is not None else loss.item()
-        opt.zero_grad(); loss.backward(); opt.step()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
     assert loss.item() < 0.5 * first
     assert set(m) >= {"acc_0", "acc_1", "acc_2", "loss_0"}
 

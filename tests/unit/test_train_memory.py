@@ -86,3 +86,24 @@ def test_live_tensor_bytes_counts_storages_once_and_frees_them():
         peak_mid = live.peak
         del y
     assert peak_mid == 8000 and live.live == 0
+
+
+def test_gpu_probe_script_runs_its_cpu_smoke_size(tmp_path):
+    """scripts/gpu_train_probe.py (run on a GPU later) works end to end: every variant measured,
+    with the estimate beside it."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "scripts" / "gpu_train_probe.py"
+    spec = importlib.util.spec_from_file_location("gpu_train_probe", path)
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    out = tmp_path / "probe.json"
+    assert probe.main(["--smoke", "--out", str(out)]) == 0
+    res = json.loads(out.read_text())["results"][0]
+    assert set(res["variants"]) == {"fp32-recompute", "fp32"}
+    for row in res["variants"].values():
+        assert row["peak_allocated_bytes"] > 0 and row["seconds_per_step"] > 0 and row["model_tflops_per_step"] > 0
+        assert 0.8 < row["measured_over_estimated"] < 1.2
+    assert res["variants"]["fp32-recompute"]["peak_allocated_bytes"] < res["variants"]["fp32"]["peak_allocated_bytes"]
