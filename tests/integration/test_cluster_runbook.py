@@ -59,7 +59,7 @@ def entrypoint(cmd: str) -> list[str]:
 def test_runbook_job_commands_are_the_pipeline_stages():
     cmds = job_commands()
     stages = [entrypoint(c)[2] for c in cmds if entrypoint(c)[:2] == ["python", "-m"]]
-    assert stages == ["pipelines.traces.job", "pipelines.labels.job", "pipelines.train_draft.job"], cmds
+    assert stages == ["pipelines.traces", "pipelines.labels", "pipelines.train_draft"], cmds  # python -m pipelines.<stage>
     for c in cmds:
         ep = entrypoint(c)
         assert "--address" not in c  # RAY_ADDRESS, exported once in the runbook
