@@ -39,6 +39,7 @@ class ExitEventIndex:
         self.max_events = max_events
         self._offsets: dict[Path, int] = {}
         self._events: OrderedDict[tuple[str, int], dict] = OrderedDict()
+        self.malformed_lines = 0  # torn / foreign lines skipped (telemetry is never fatal)
 
     def _refresh(self) -> None:
         for f in sorted(self.dir.glob("exits-*.jsonl")):
@@ -50,11 +51,16 @@ class ExitEventIndex:
             except FileNotFoundError:
                 continue
             end = data.rfind(b"\n") + 1  # a line still being written waits for the next refresh
+            self._offsets[f] = off + end  # first: a bad line below must never be read again
             for line in data[:end].splitlines():
                 if line.strip():
-                    ev = json.loads(line)
-                    self._events[split_internal_id(ev["req_id"])] = ev  # TP ranks log the same exit
-            self._offsets[f] = off + end
+                    try:
+                        ev = json.loads(line)
+                        key = split_internal_id(ev["req_id"])
+                    except (ValueError, KeyError, TypeError, AttributeError):
+                        self.malformed_lines += 1  # counted, skipped: the responses go on
+                        continue
+                    self._events[key] = ev  # TP ranks log the same exit
         while len(self._events) > self.max_events:  # exits of requests nobody asked about (aborted)
             self._events.popitem(last=False)
 

@@ -8,12 +8,12 @@ SpecExit draft (architecture `SpecExitLlamaForCausalLMEagle3`, `fc` with 3 signa
 from __future__ import annotations
 
 import logging
-import os
 
+from specexit_core.draft.config import SPECEXIT_ARCH
 from specexit_core.vllm_plugin.version import SUPPORTED, check_vllm_version
 
 log = logging.getLogger("specexit.vllm")
-ARCH = "SpecExitLlamaForCausalLMEagle3"
+ARCH = SPECEXIT_ARCH
 _registered = False
 
 
@@ -23,12 +23,10 @@ def register() -> None:
         return
     check_vllm_version()  # fails start-up with the supported range, never a silent no-op
     # The exit hook lives in the V1 model runner (the CPU runner subclasses it); GPU vLLM 0.32
-    # defaults to the V2 runner for EAGLE-3, so pin V1 unless the user explicitly asked for V2.
-    if os.environ.get("VLLM_USE_V2_MODEL_RUNNER", "0") not in ("0", "false", "False"):
-        raise RuntimeError("specexit: the SpecExit exit hook supports vLLM's V1 model runner only; "
-                           "unset VLLM_USE_V2_MODEL_RUNNER or set it to 0")
-    os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "0"
+    # defaults to V2, so V1 is pinned per engine, only where the draft is a SpecExit draft.
+    from specexit_core.vllm_plugin.runner_choice import install_runner_choice
 
+    install_runner_choice()
     from vllm import ModelRegistry
 
     if ARCH not in ModelRegistry.get_supported_archs():

@@ -4,7 +4,10 @@ Offline: `SamplingParams(extra_args={"specexit": {"confidence_threshold": 0.9}})
 `{"specexit": False}`. OpenAI server (values must be flat): `"vllm_xargs": {"specexit_enabled": 0,
 "specexit_method": "progress", "specexit_confidence_threshold": 0.9, ...}`. Any field of
 `ExitConfig` may be set. Bad values raise `VLLMValidationError` while the request is built, so
-the OpenAI server answers 400 and the engine never sees them.
+the OpenAI server answers 400 and the engine never sees them. They are checked against the same
+defaults the worker merges them with (`frontend_defaults`: the SpecExit draft of the engine this
+process built <- $SPECEXIT_EXIT_CONFIG), so e.g. a request budget below the server's
+`min_think_tokens` is a 400, not an error inside the engine.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import os
 from typing import Any, Mapping
 
+from specexit_core.draft.config import read_specexit_fields
 from specexit_core.exit import EXIT_CONFIG_ENV, ExitConfig, resolve_exit_config
 
 PREFIX = "specexit_"
@@ -78,8 +82,34 @@ def server_defaults(draft_exit_defaults: Mapping[str, Any] | None = None) -> Exi
     return resolve_exit_config(draft_exit_defaults, os.environ.get(EXIT_CONFIG_ENV))
 
 
+_draft_exit_defaults: dict[str, Any] | None = None  # of the SpecExit draft of the engine built here
+
+
+def remember_draft_defaults(speculative_config) -> None:
+    """Record the `exit_defaults` of an engine's SpecExit draft (called as its VllmConfig is built,
+    in the front-end process), so requests are validated against what the worker will merge."""
+    global _draft_exit_defaults
+    from specexit_core.vllm_plugin.runner_choice import is_specexit_draft
+
+    if not is_specexit_draft(speculative_config):
+        return
+    hf = getattr(getattr(speculative_config, "draft_model_config", None), "hf_config", None)
+    if hf is not None:
+        _draft_exit_defaults = read_specexit_fields(hf).exit_defaults
+
+
+def frontend_defaults() -> ExitConfig:
+    """The defaults the worker resolves (`server_defaults` with the draft's exit_defaults); plain
+    ExitConfig() if they cannot be resolved (the engine then fails at start-up with the reason)."""
+    try:
+        return server_defaults(_draft_exit_defaults)
+    except ValueError:
+        return ExitConfig()
+
+
 def install_request_validation() -> None:
     """Validate SpecExit controls when SamplingParams are built (front-end process)."""
+    from vllm.config import VllmConfig
     from vllm.exceptions import VLLMValidationError
     from vllm.sampling_params import SamplingParams
 
@@ -89,11 +119,19 @@ def install_request_validation() -> None:
 
     def _verify_args(self) -> None:
         orig(self)
-        if self.extra_args:
+        if self.extra_args and any(k == KEY or str(k).startswith(PREFIX) for k in self.extra_args):
             try:
-                request_exit_config(self.extra_args, ExitConfig())
+                request_exit_config(self.extra_args, frontend_defaults())
             except ValueError as e:
                 raise VLLMValidationError(f"invalid SpecExit control: {e}", parameter="vllm_xargs") from None
 
     SamplingParams._verify_args = _verify_args
     SamplingParams._specexit_patched = True
+
+    orig_post_init = VllmConfig.__post_init__
+
+    def __post_init__(self, *args, **kwargs):
+        orig_post_init(self, *args, **kwargs)
+        remember_draft_defaults(getattr(self, "speculative_config", None))
+
+    VllmConfig.__post_init__ = __post_init__

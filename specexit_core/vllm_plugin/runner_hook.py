@@ -12,42 +12,57 @@ with the draft's `fc` signal rows (no extra forward pass), then replay the exit 
   token is `</think>` -- exactly where the reference engine puts it; if one is rejected earlier,
   nothing happened and the next step decides again from the committed text.
 
-The decision therefore depends only on the committed tokens and their signals, never on how many
-drafts a step accepted.
+Committed tokens are reconstructed from the step inputs alone (device `input_ids`/`positions` at
+the logit rows): last step's inputs below this step's first position were committed, and input 0
+is the newest committed token. `requests[id].output_token_ids` is never read: under async
+scheduling (GPU default for EAGLE-3) it holds `-1` placeholders, one per draft of the previous
+step, trimmed a step later; the device buffers hold the real tokens and positions (vLLM corrects
+them on the device in `_prepare_inputs`). So the hook is the same with and without async.
+
+The decision depends only on the committed tokens and their signals, never on how many drafts a
+step accepted. A request whose exit logic fails (bad settings, lost track of its tokens) falls
+back to no exit, with a `fallbacks-<pid>.jsonl` event; the engine and the other requests go on.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import math
 import os
-import time
 from dataclasses import dataclass, field
+from itertools import accumulate
 
 import torch
 
 from specexit_core.draft.config import read_specexit_fields
 from specexit_core.exit import ExitConfig, ExitDecision, ExitTracker
+from specexit_core.signals import activate
 from specexit_core.vllm_plugin.controls import request_exit_config, server_defaults
 from specexit_core.vllm_plugin.metrics import SpecExitMetrics
+from specexit_core.vllm_plugin.telemetry import EXITS, FALLBACKS, EventWriter
 
 log = logging.getLogger("specexit.vllm")
 FORCE_LOGIT = 1e9
+_TOK, _POS = 3, 4  # columns of a host row: confidence, progress, remaining, token id, position
 
 
 @dataclass
 class _ReqState:
-    cfg: ExitConfig
-    tracker: ExitTracker | None  # None: SpecExit off for this request
+    cfg: ExitConfig | None
+    tracker: ExitTracker | None  # None: SpecExit off for this request (or fallen back)
     n_prompt: int
-    appended: int = 0  # output tokens fed to the tracker
+    committed: list[int] = field(default_factory=list)  # generated tokens known to be committed
+    appended: int = 0  # committed tokens fed to the tracker
     n_sig: int = 0  # signals fed to the tracker
     sigs: dict[int, tuple[float, float, float]] = field(default_factory=dict)  # generated idx -> signals
-    step_inputs: list[int] = field(default_factory=list)  # generated idx of this step's inputs
-    step_sigs: list[tuple[float, float, float]] = field(default_factory=list)
+    step_gen0: int = 0  # generated idx of last step's input 0
+    step_rows: list = field(default_factory=list)  # last step's host rows
     pending: tuple[int, int, ExitDecision] | None = None  # forced: (split token idx, token, decision)
     exit: ExitDecision | None = None  # realised exit
+    fallback: str | None = None  # why this request runs without exit
+
+
+class _LostTrack(RuntimeError):
+    """The committed tokens cannot be reconstructed (a step the hook did not see)."""
 
 
 class SpecExitRunnerState:
@@ -64,9 +79,10 @@ class SpecExitRunnerState:
         self.split_ids = frozenset(int(t) for t in ids["split"])
         self.defaults = server_defaults(spec.exit_defaults)
         self.reqs: dict[str, _ReqState] = {}
-        self.counters = {"requests": 0, "exits": 0, "think_tokens": 0, "steps": 0}
+        self.counters = {"requests": 0, "exits": 0, "think_tokens": 0, "steps": 0, "fallbacks": 0,
+                         "hook_errors": 0, "telemetry_errors": 0}
         self.metrics = SpecExitMetrics()
-        self.event_dir = os.environ.get("SPECEXIT_TELEMETRY_DIR")
+        self.events = EventWriter(os.environ.get("SPECEXIT_TELEMETRY_DIR"))
         log.info("SpecExit active: defaults %s, split ids %s", self.defaults.to_dict(), sorted(self.split_ids))
 
     # -- request bookkeeping -------------------------------------------------------------------
@@ -75,12 +91,17 @@ class SpecExitRunnerState:
         if st is None:
             rs = runner.requests[req_id]
             extra = rs.sampling_params.extra_args if rs.sampling_params is not None else None
-            cfg = request_exit_config(extra, self.defaults)  # validated in the front end already
-            tracker = (ExitTracker(cfg, split_token_ids=self.split_ids, think_start_id=self.think_start,
-                                   think_end_id=self.think_end, in_think=True) if cfg.enabled else None)
-            st = self.reqs[req_id] = _ReqState(cfg=cfg, tracker=tracker, n_prompt=rs.num_prompt_tokens)
+            st = self.reqs[req_id] = _ReqState(cfg=None, tracker=None, n_prompt=rs.num_prompt_tokens)
             self.counters["requests"] += 1
-            self.metrics.request(cfg.enabled)
+            try:  # the front end validated against the same defaults; this is the safety net
+                st.cfg = request_exit_config(extra, self.defaults)
+            except Exception as e:  # noqa: BLE001
+                self._fall_back(req_id, st, f"invalid SpecExit settings: {e}")
+                return st
+            if st.cfg.enabled:
+                st.tracker = ExitTracker(st.cfg, split_token_ids=self.split_ids, think_start_id=self.think_start,
+                                         think_end_id=self.think_end, in_think=True)
+            self.metrics.request(st.cfg.enabled)
         return st
 
     def prune(self, runner) -> None:
@@ -89,6 +110,16 @@ class SpecExitRunnerState:
             if st.tracker is not None:
                 self.counters["think_tokens"] += st.tracker.think_tokens
                 self.metrics.finished(st.tracker.think_tokens)
+
+    def _fall_back(self, req_id: str, st: _ReqState, reason: str) -> None:
+        """This request runs on without SpecExit; the engine and every other request are untouched."""
+        st.tracker, st.pending, st.fallback = None, None, reason
+        st.sigs.clear()
+        st.step_rows = []
+        self.counters["fallbacks"] += 1
+        log.warning("specexit: request %s continues without early exit: %s", req_id, reason)
+        self.events.append(FALLBACKS, {"req_id": req_id, "fallback": reason})
+        self.counters["telemetry_errors"] = self.events.errors
 
     # -- the step ----------------------------------------------------------------------------------
     @torch.inference_mode()
@@ -99,45 +130,72 @@ class SpecExitRunnerState:
             return
         self.counters["steps"] += 1
         self.prune(runner)
-        idx = sdm.logits_indices
-        # Few torch ops per step (each costs microseconds of dispatch on a tiny model): one
-        # gather per aux layer, one matmul, one transfer; the 3 activations of a few rows are
-        # cheaper in plain Python than as more tensor ops.
-        w = self.model.signal_weight()
-        raw = (torch.cat([h[idx] for h in aux], dim=-1).to(w.dtype) @ w.t()).tolist()
-        sig = [_activate(r) for r in raw]
-        toks = _tensor(runner.input_ids)[idx].tolist()
-        pos = _tensor(runner.positions)[idx].tolist()
-        cu = sdm.cu_num_sampled_tokens.tolist()
-        num_reqs = len(cu)
+        num_reqs = len(sdm.num_draft_tokens)
+        req_ids = runner.input_batch.req_ids[:num_reqs]
+        states = [self.reqs.get(r) or self._state(runner, r) for r in req_ids]
+        if all(st.tracker is None for st in states):
+            return  # SpecExit off for the whole batch: no device work at all
+        rows = self._host_rows(runner, sdm, aux)
+        cu = [0, *accumulate(n + 1 for n in sdm.num_draft_tokens)]  # host-side: no device sync
         discard = runner.discard_request_mask.np[:num_reqs] if hasattr(runner, "discard_request_mask") else None
         logits = exec_state.logits
-        for r, req_id in enumerate(runner.input_batch.req_ids[:num_reqs]):
-            if discard is not None and discard[r]:
+        for r, st in enumerate(states):
+            if st.tracker is None or (discard is not None and discard[r]):
                 continue
-            st = self._state(runner, req_id)
-            if st.tracker is None:
+            start = cu[r]
+            try:
+                j = self._step(runner, req_ids[r], st, rows[start:cu[r + 1]])
+            except Exception as e:  # noqa: BLE001 -- one request's failure must not kill the engine
+                self._fall_back(req_ids[r], st, f"error: {type(e).__name__}: {e}")
                 continue
-            start = cu[r - 1] if r else 0
-            rows = range(start, cu[r])
-            gen = [pos[i] - st.n_prompt for i in rows]
-            if gen[0] < 0:  # prefill row: the input is a prompt token
-                continue
-            # Last step's inputs below this step's first input were committed (input 0 and the
-            # accepted drafts); rejected drafts sat at indices >= gen[0]. No need to see the
-            # sampler output, so this also holds with async scheduling.
-            for g, v in zip(st.step_inputs, st.step_sigs):
-                if g < gen[0]:
-                    st.sigs[g] = v
-            st.step_inputs = gen
-            st.step_sigs = [tuple(sig[i]) for i in rows]
-            st.sigs[gen[0]] = st.step_sigs[0]  # input 0 is the last committed token
-            j = self._decide(runner, req_id, st, [toks[i] for i in rows])
             if j is not None:
                 logits[start + j, self.think_end] = FORCE_LOGIT
 
-    def _decide(self, runner, req_id: str, st: _ReqState, inputs: list[int]) -> int | None:
-        out = runner.requests[req_id].output_token_ids
+    def _host_rows(self, runner, sdm, aux) -> list[list[float]]:
+        """[confidence, progress, remaining, token, position] per logit row, in ONE device->host
+        transfer: signals activated on the device (float64, as the reference computes them), token
+        ids and positions exact in float64."""
+        idx = sdm.logits_indices
+        w = self.model.signal_weight()
+        raw = (torch.cat([h[idx] for h in aux], dim=-1).to(w.dtype) @ w.t()).double()
+        block = torch.cat([activate(raw), _tensor(runner.input_ids)[idx].double()[:, None],
+                           _tensor(runner.positions)[idx].double()[:, None]], 1)
+        if block.device.type != "cpu":
+            host = torch.empty(block.shape, dtype=block.dtype, pin_memory=True)
+            host.copy_(block, non_blocking=True)
+            torch.cuda.current_stream(block.device).synchronize()  # the one wait: rows decide the logits
+            block = host
+        return block.tolist()
+
+    def _step(self, runner, req_id: str, st: _ReqState, rows: list[list[float]]) -> int | None:
+        gen0 = int(rows[0][_POS]) - st.n_prompt
+        if gen0 < 0:  # prefill row: the input is a prompt token
+            return None
+        self._commit(runner, req_id, st, gen0, rows)
+        return self._decide(req_id, st, [int(x[_TOK]) for x in rows])
+
+    def _commit(self, runner, req_id: str, st: _ReqState, gen0: int, rows) -> None:
+        """Last step's inputs below `gen0` were committed (its input 0 and accepted drafts; rejected
+        drafts sat at indices >= gen0); this step's input 0 is the newest committed token."""
+        committed = st.committed
+        for i, x in enumerate(st.step_rows):
+            g = st.step_gen0 + i
+            if g >= gen0:
+                break
+            if g == len(committed):
+                committed.append(int(x[_TOK]))
+            st.sigs[g] = (x[0], x[1], x[2])
+        if gen0 == len(committed):
+            committed.append(int(rows[0][_TOK]))
+        elif gen0 > len(committed):
+            raise _LostTrack(f"committed tokens {len(committed)}..{gen0 - 1} were never seen as step inputs")
+        elif committed[gen0] != int(rows[0][_TOK]):
+            raise _LostTrack(f"token {gen0} changed from {committed[gen0]} to {int(rows[0][_TOK])}")
+        st.sigs[gen0] = (rows[0][0], rows[0][1], rows[0][2])
+        st.step_gen0, st.step_rows = gen0, rows
+
+    def _decide(self, req_id: str, st: _ReqState, inputs: list[int]) -> int | None:
+        out = st.committed
         tr = st.tracker
         self._check_realised(req_id, st, out)
         if tr.exited:
@@ -164,12 +222,13 @@ class SpecExitRunnerState:
             return None
         # 2) hypothetically, drafts 1..k (a copy: the committed state only moves on real tokens)
         hyp = tr.fork()
+        rows = st.step_rows
         for j in range(1, len(inputs)):
             if j > 1:
-                hyp.add_signal(st.step_sigs[j - 1])
+                hyp.add_signal(rows[j - 1][:3])
             dec = hyp.append(inputs[j])
             if dec is not None:
-                st.pending = (st.step_inputs[j], inputs[j], dec)
+                st.pending = (st.step_gen0 + j, inputs[j], dec)
                 return j
             if not hyp.in_think:
                 return None
@@ -187,32 +246,15 @@ class SpecExitRunnerState:
             st.exit = dec
             self.counters["exits"] += 1
             self.metrics.exit(dec.reason, dec.think_tokens)
-            self._emit(req_id, st)
+            self.events.append(EXITS, {"req_id": req_id, "exit_index": dec.index, "reason": dec.reason,
+                                       "think_tokens": dec.think_tokens, "smoothed": dec.smoothed})
+            self.counters["telemetry_errors"] = self.events.errors
 
     @staticmethod
     def _feed_signals(st: _ReqState, tr: ExitTracker, upto: int) -> None:
         while st.n_sig <= upto and st.n_sig in st.sigs:
             tr.add_signal(st.sigs.pop(st.n_sig))
             st.n_sig += 1
-
-    def _emit(self, req_id: str, st: _ReqState) -> None:
-        if not self.event_dir:
-            return
-        ev = {"req_id": req_id, "time": time.time(), "exit_index": st.exit.index, "reason": st.exit.reason,
-              "think_tokens": st.exit.think_tokens, "smoothed": st.exit.smoothed}
-        os.makedirs(self.event_dir, exist_ok=True)
-        with open(os.path.join(self.event_dir, f"exits-{os.getpid()}.jsonl"), "a") as f:
-            f.write(json.dumps(ev) + "\n")
-
-
-def _activate(raw: list[float]) -> tuple[float, float, float]:
-    """fc signal logits -> (confidence, progress, remaining): sigmoid, sigmoid, expm1 of log1p."""
-    c, p, r = raw
-    return (_sigmoid(c), _sigmoid(p), max(math.expm1(min(r, 20.0)), 0.0))
-
-
-def _sigmoid(x: float) -> float:
-    return 1.0 / (1.0 + math.exp(-x)) if x >= 0 else math.exp(x) / (1.0 + math.exp(x))
 
 
 def _tensor(buf) -> torch.Tensor:
@@ -244,7 +286,11 @@ def install_runner_hook() -> None:
             if model is not None:
                 st = self._specexit = SpecExitRunnerState(self, model)
         if st is not None and self.execute_model_state is not None:
-            st.before_sample(self, self.execute_model_state)
+            try:
+                st.before_sample(self, self.execute_model_state)
+            except Exception:  # noqa: BLE001 -- never take the engine down: this step runs without exit
+                st.counters["hook_errors"] += 1
+                log.exception("specexit: exit hook failed for a whole step; sampling without it")
         return orig(self, grammar_output)
 
     cls.sample_tokens = sample_tokens
@@ -264,6 +310,7 @@ def live_request_ids(worker) -> list[str]:
 
 
 def runner_counters(worker) -> dict:
-    """For `collective_rpc`: this worker's SpecExit counters (requests, exits, steps)."""
+    """For `collective_rpc`: this worker's SpecExit counters (requests, exits, steps, fallbacks,
+    hook_errors, telemetry_errors)."""
     st = getattr(worker.model_runner, "_specexit", None)
     return dict(st.counters) if st is not None else {}

@@ -72,3 +72,56 @@ def test_version_gate():
     assert not is_supported("0.31.2") and not is_supported("0.33.0")
     with pytest.raises(RuntimeError, match=r"supports vLLM >=0.32.0 <0.33.0.*found 0.31.0"):
         check_vllm_version("0.31.0")
+
+
+def test_requests_are_validated_against_the_resolved_server_defaults(monkeypatch):
+    """#16 item 1: a budget below the server's min_think_tokens is rejected up front (it used to
+    pass the front-end check against ExitConfig() and raise inside the worker)."""
+    from specexit_core.vllm_plugin import controls
+
+    monkeypatch.setenv("SPECEXIT_EXIT_CONFIG", '{"min_think_tokens": 50}')
+    monkeypatch.setattr(controls, "_draft_exit_defaults", {"confidence_threshold": 0.7})
+    d = controls.frontend_defaults()
+    assert d.min_think_tokens == 50 and d.confidence_threshold == 0.7
+    with pytest.raises(ValueError, match=r"max_think_tokens \(10\) must be >= min_think_tokens \(50\)"):
+        request_exit_config({"specexit_max_think_tokens": 10}, d)
+    assert request_exit_config({"specexit_max_think_tokens": 60}, d).max_think_tokens == 60
+    monkeypatch.setenv("SPECEXIT_EXIT_CONFIG", '{"bogus": 1}')  # the engine reports that at start-up
+    assert controls.frontend_defaults() == ExitConfig()
+
+
+def _spec_config(archs=None, model=None):
+    from types import SimpleNamespace
+
+    hf = SimpleNamespace(architectures=archs) if archs is not None else None
+    return SimpleNamespace(draft_model_config=SimpleNamespace(hf_config=hf), model=model)
+
+
+def test_v1_is_pinned_only_for_specexit_drafts(tmp_path):
+    """#18 item 2: engines without a SpecExit draft keep vLLM's runner choice (V2 on CUDA)."""
+    from specexit_core.draft.config import SPECEXIT_ARCH
+    from specexit_core.vllm_plugin.runner_choice import is_specexit_draft, wants_v1
+
+    assert wants_v1(None, None) is None  # no speculative decoding
+    assert wants_v1(_spec_config(["LlamaForCausalLMEagle3"]), None) is None  # stock EAGLE-3
+    assert wants_v1(_spec_config(["LlamaForCausalLMEagle3"]), True) is None
+    assert wants_v1(_spec_config([SPECEXIT_ARCH]), None) is True
+    assert wants_v1(_spec_config([SPECEXIT_ARCH]), False) is True
+    with pytest.raises(RuntimeError, match="V1 model runner only"):
+        wants_v1(_spec_config([SPECEXIT_ARCH]), True)
+    (tmp_path / "config.json").write_text('{"architectures": ["%s"]}' % SPECEXIT_ARCH)
+    assert is_specexit_draft(_spec_config(None, model=str(tmp_path)))  # before vLLM loads the hf config
+
+
+def test_plugin_registration_leaves_the_runner_env_alone():
+    import subprocess
+    import sys
+
+    code = ("import os\nfrom specexit_core.vllm_plugin import register\nregister()\n"
+            "from vllm.config import VllmConfig\n"
+            "print(repr(os.environ.get('VLLM_USE_V2_MODEL_RUNNER')), "
+            "VllmConfig.use_v2_model_runner.fget._specexit)")
+    env = {k: v for k, v in __import__("os").environ.items() if k != "VLLM_USE_V2_MODEL_RUNNER"}
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240, env=env)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.strip().splitlines()[-1] == "None True"

@@ -1,0 +1,159 @@
+"""The vLLM runner hook driven with the runner state vLLM's async-scheduling path produces (GPU
+default for EAGLE-3; the CPU platform forces it off, so no engine test sees it): no exception,
+the exit where the pure `decide` puts it on the committed tokens, per-request fallback."""
+
+import json
+import random
+
+import pytest
+import torch
+
+from specexit_core.bench.hook_bench import SPLIT, THINK_END, SyntheticDrafter, SyntheticRunner
+from specexit_core.exit import ExitConfig, decide
+from specexit_core.signals import activate
+from specexit_core.vllm_plugin.runner_hook import FORCE_LOGIT, SpecExitRunnerState
+
+K, N_PROMPT, VOCAB, H = 3, 20, 64, 1
+EXIT_ARGS = {"specexit_method": "progress", "specexit_progress_threshold": 0.6}
+
+
+def raw_signals(g: int) -> list[float]:
+    """Raw fc outputs of generated token g: progress crosses 0.6 around token 62."""
+    return [0.5 * ((g * 7) % 5 - 2), (g - 60) / 4.0, 3.0 + 0.01 * g]
+
+
+def hook_signals(g: int) -> list[float]:
+    return activate(torch.tensor([raw_signals(g)], dtype=torch.float32).double())[0].tolist()
+
+
+class Sim:
+    """One request's truth: the target's greedy continuation, drafts that are sometimes wrong,
+    and the runner rows vLLM builds under async scheduling."""
+
+    def __init__(self, rng: random.Random):
+        self.rng = rng
+        self.truth = [self.think_token() for _ in range(400)]
+        self.committed = [self.truth[0]]  # the prefill sampled token 0
+        self.exit_at = None
+
+    def think_token(self) -> int:
+        return SPLIT if self.rng.random() < 0.15 else self.rng.randrange(4, VOCAB)
+
+    def inputs(self) -> list[int]:
+        g0 = len(self.committed) - 1
+        drafts = [self.truth[g0 + i] if self.rng.random() < 0.7 else self.rng.randrange(4, VOCAB)
+                  for i in range(1, K + 1)]
+        return [self.committed[-1]] + drafts
+
+    def verify(self, inputs: list[int], forced: list[bool]) -> None:
+        """Target tokens per row (`</think>` where the hook forced it), accept the matching drafts."""
+        g0 = len(self.committed) - 1
+        for j in range(K + 1):
+            g = g0 + j  # row j predicts token g + 1
+            if forced[j] and self.truth[g + 1] != THINK_END:
+                self.truth[g + 1:] = [THINK_END] + [self.rng.randrange(4, VOCAB) for _ in range(300)]
+                self.exit_at = g
+            target = self.truth[g + 1]
+            if j < K and inputs[j + 1] == target:
+                self.committed.append(target)
+                continue
+            self.committed.append(target)
+            return
+
+
+def async_output_token_ids(sim: Sim, prev_drafts: int) -> list[int]:
+    """`requests[id].output_token_ids` under async scheduling when sample_tokens runs: the last
+    step's sampled tokens are not in yet, one `-1` placeholder per draft of the last step."""
+    return sim.committed[:-1] + [-1] * prev_drafts
+
+
+def drive(monkeypatch, steps=120, seed=0, extra_args=None, break_request=None, events_dir=None):
+    monkeypatch.setenv("SPECEXIT_EXIT_CONFIG", json.dumps({"min_think_tokens": 50}))
+    if events_dir:
+        monkeypatch.setenv("SPECEXIT_TELEMETRY_DIR", str(events_dir))
+    else:
+        monkeypatch.delenv("SPECEXIT_TELEMETRY_DIR", raising=False)
+    rng = random.Random(seed)
+    runner = SyntheticRunner()
+    state = SpecExitRunnerState(runner, SyntheticDrafter(hidden=H))
+    state.model.weight = torch.eye(3)  # raw signals = the aux values, so the test knows them
+    sims = {}
+    for rid, args in (extra_args or {"a": EXIT_ARGS}).items():
+        runner.add(rid, N_PROMPT, args)
+        sims[rid] = Sim(rng)
+    for step in range(steps):
+        batch, rows = [], []
+        for rid, sim in sims.items():
+            ins = sim.inputs()
+            g0 = len(sim.committed) - 1
+            runner.requests[rid].output_token_ids = async_output_token_ids(sim, K if step else 0)
+            batch.append((rid, ins, N_PROMPT + g0))
+            rows += [raw_signals(g0 + j) for j in range(len(ins))]
+        aux = [torch.tensor([[r[i]] for r in rows], dtype=torch.float32) for i in range(3)]
+        ex = runner.step(batch, aux, VOCAB)
+        if break_request and step == 5:
+            tr = state.reqs[break_request].tracker
+            tr.append = lambda tok: (_ for _ in ()).throw(RuntimeError("boom"))
+        state.before_sample(runner, ex)
+        forced = (ex.logits[:, THINK_END] == FORCE_LOGIT).tolist()
+        for r, (rid, ins, _) in enumerate(batch):
+            sims[rid].verify(ins, forced[r * (K + 1):(r + 1) * (K + 1)])
+    return state, sims
+
+
+def expected_exit(sim: Sim, cfg: ExitConfig):
+    c = sim.committed
+    return decide(c, [hook_signals(g) for g in range(len(c))], cfg, split_token_ids=[SPLIT],
+                  think_start_id=1, think_end_id=THINK_END)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_async_placeholders_exit_where_decide_puts_it(monkeypatch, seed):
+    state, sims = drive(monkeypatch, seed=seed)
+    sim = sims["a"]
+    cfg = ExitConfig(min_think_tokens=50).with_overrides({"method": "progress", "progress_threshold": 0.6})
+    want = expected_exit(sim, cfg)
+    assert want is not None and sim.exit_at == want.index
+    assert sim.committed[want.index + 1] == THINK_END
+    assert state.counters["exits"] == 1 and state.counters["fallbacks"] == 0
+    assert state.reqs["a"].exit.index == want.index
+    assert state.reqs["a"].committed == sim.committed[:len(state.reqs["a"].committed)]
+
+
+def test_bad_settings_and_internal_errors_fall_back_per_request(monkeypatch, tmp_path):
+    events = tmp_path / "ev"
+    args = {"a": EXIT_ARGS, "bad": {"specexit_max_think_tokens": 10},  # below the server's min 50
+            "off": {"specexit": False}, "broken": EXIT_ARGS}
+    state, sims = drive(monkeypatch, extra_args=args, break_request="broken", events_dir=events)
+    assert state.reqs["bad"].tracker is None and "max_think_tokens" in state.reqs["bad"].fallback
+    assert state.reqs["broken"].tracker is None and "boom" in state.reqs["broken"].fallback
+    assert state.counters["fallbacks"] == 2
+    assert sims["bad"].exit_at is None and sims["off"].exit_at is None and sims["broken"].exit_at is None
+    assert sims["a"].exit_at is not None and state.counters["exits"] == 1  # the others go on
+    from specexit_core.vllm_plugin.telemetry import read_exit_events, read_fallback_events
+
+    fb = read_fallback_events(events)
+    assert set(fb) == {"bad", "broken"} and set(read_exit_events(events)) == {"a"}
+
+
+def test_lost_track_falls_back(monkeypatch):
+    """A step the hook never saw (committed tokens it cannot reconstruct): that request stops
+    exiting, nothing raises."""
+    monkeypatch.setenv("SPECEXIT_EXIT_CONFIG", "{}")
+    runner = SyntheticRunner()
+    state = SpecExitRunnerState(runner, SyntheticDrafter(hidden=H))
+    runner.add("a", N_PROMPT, EXIT_ARGS)
+    for g0 in (0, 1, 9):  # jumps from 1 to 9: tokens 2..8 were never inputs
+        aux = [torch.zeros(K + 1, H) for _ in range(3)]
+        state.before_sample(runner, runner.step([("a", [5, 6, 7, 8], N_PROMPT + g0)], aux, VOCAB))
+    assert state.reqs["a"].tracker is None and "never seen" in state.reqs["a"].fallback
+
+
+def test_telemetry_write_failures_are_counted(monkeypatch, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    from specexit_core.vllm_plugin.telemetry import EventWriter
+
+    w = EventWriter(str(blocker / "sub"))  # a folder under a file: every write fails
+    assert w.append("exits", {"req_id": "x"}) is False and w.append("exits", {"req_id": "y"}) is False
+    assert w.errors == 2
