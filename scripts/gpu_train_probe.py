@@ -45,6 +45,7 @@ from specexit_core.training.synthetic import random_batch, random_draft, random_
 
 RECIPES = ["examples/gpu/train_draft.yaml", "examples/gpu/deepseek-r1-8b/train_draft.yaml"]
 VARIANTS = {"bf16-recompute": dict(autocast=True, recompute=True), "bf16": dict(autocast=True, recompute=False)}
+DEFAULT_VARIANT = "bf16-recompute"  # what a recipe trains with on GPUs (bf16_autocast / recompute: auto)
 SMOKE_VARIANTS = {"fp32-recompute": dict(autocast=False, recompute=True), "fp32": dict(autocast=False, recompute=False)}
 # --smoke: a Qwen3-style target small enough for a CPU unit test (fp32: bf16 matmuls are slow on CPU)
 SMOKE_TARGET = dict(model_type="qwen3", hidden_size=64, num_hidden_layers=4, num_attention_heads=4,
@@ -134,9 +135,10 @@ def target_seconds(target, draft, batch, device) -> float:
 
 
 def probe(name: str, hf_config: dict, base: TrainShape, *, dtype, device, variants: dict[str, dict], warmup: int,
-          steps: int, weighting: str, recipe_world: int) -> dict:
-    """One recipe: build its target, draft and batch, run every variant. `base` gives the batch
-    size, sequence length, unroll, draft vocab and aux layers."""
+          steps: int, weighting: str, recipe_world: int, also_seq_lens: tuple[int, ...] = ()) -> dict:
+    """One recipe: build its target, draft and batch, run every variant at the recipe's sequence
+    length, then the default variant at `also_seq_lens` (time at typical lengths). `base` gives the
+    batch size, sequence length, unroll, draft vocab and aux layers."""
     target = random_target(hf_config, dtype=dtype, device=device)
     draft = random_draft(target, aux_layer_ids=base.draft.aux_layer_ids,
                          draft_vocab_size=base.draft.draft_vocab_size, device=device)
@@ -146,8 +148,13 @@ def probe(name: str, hf_config: dict, base: TrainShape, *, dtype, device, varian
     res = {"recipe": name, "batch_size": shape.batch_size, "seq_len": shape.seq_len, "unroll": shape.unroll,
            "draft_vocab_size": shape.draft.draft_vocab_size, "aux_layer_ids": list(shape.draft.aux_layer_ids),
            "target_forward_seconds": target_seconds(target, draft, batch, device), "variants": {}}
-    for vname, flags in variants.items():
-        vs = dataclasses.replace(shape, **flags)
+    runs = [(vname, dataclasses.replace(shape, **flags)) for vname, flags in variants.items()]
+    runs += [(f"{DEFAULT_VARIANT}@{n}", dataclasses.replace(shape, seq_len=n, **VARIANTS[DEFAULT_VARIANT]))
+             for n in also_seq_lens if n != shape.seq_len]
+    for vname, vs in runs:
+        flags = {"autocast": vs.autocast, "recompute": vs.recompute, "seq_len": vs.seq_len}
+        if vs.seq_len != shape.seq_len:
+            batch = random_batch(vs.batch_size, vs.seq_len, hf_config["vocab_size"], device=device)
         est = estimate_train_memory(vs)
         row = {**flags, "estimated_peak_bytes": est.peak, "estimated_phase": est.phase, "estimated_phases": est.phases,
                "estimated_peak_bytes_at_recipe_world_size": estimate_train_memory(
@@ -178,6 +185,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--variant", action="append", choices=list(VARIANTS), help="default: all (GPU)")
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--steps", type=int, default=4, help="timed steps per variant")
+    ap.add_argument("--also-seq-len", type=int, action="append",
+                    help="also time the default variant at this many tokens per row (default: 2048, about a "
+                         "GSM8K reasoning trace; the recipes' max_seq_len is the memory worst case)")
     ap.add_argument("--smoke", action="store_true", help="CPU, tiny shapes: checks the script, measures nothing real")
     ap.add_argument("--out", default="gpu_train_probe.json")
     args = ap.parse_args(argv)
@@ -192,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         dcfg = DraftConfig.for_target(AutoConfig.for_model(**SMOKE_TARGET), aux_layer_ids=(1, 2, 3), draft_vocab_size=250)
         base = TrainShape(target=None, draft=dcfg, batch_size=2, seq_len=32, unroll=3, loss_chunk_tokens=32)
         results.append(probe("smoke", SMOKE_TARGET, base, dtype=torch.float32, device=device, variants=SMOKE_VARIANTS,
-                             warmup=1, steps=1, weighting="uncertainty", recipe_world=1))
+                             warmup=1, steps=1, weighting="uncertainty", recipe_world=1, also_seq_lens=(16,)))
     else:
         if not torch.cuda.is_available():
             raise SystemExit("no CUDA device (use --smoke on CPU)")
@@ -204,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
             base, target_name, extra = shape_of(recipe)
             results.append(probe(recipe, KNOWN_TARGETS[target_name], base, dtype=torch.bfloat16, device=device,
                                  variants=variants, warmup=args.warmup, steps=args.steps, weighting=extra["weighting"],
-                                 recipe_world=extra["world_size"]))
+                                 recipe_world=extra["world_size"], also_seq_lens=tuple(args.also_seq_len or [2048])))
     Path(args.out).write_text(json.dumps({"environment": env, "results": results}, indent=2) + "\n")
     print(f"wrote {args.out}", flush=True)
     return 0
