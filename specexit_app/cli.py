@@ -77,6 +77,12 @@ def cmd_bench_vllm(args: argparse.Namespace) -> int:
     return bench_main(n=args.n, as_json=args.json, exit_config=args.exit_config)
 
 
+def cmd_bench_hook(args: argparse.Namespace) -> int:
+    from specexit_core.bench.hook_bench import main as bench_main
+
+    return bench_main(sizes=tuple(args.sizes), steps=args.steps, as_json=args.json)
+
+
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from pipelines.calibrate.job import main as calibrate_main
 
@@ -160,6 +166,11 @@ def build_parser() -> argparse.ArgumentParser:
     bv.add_argument("--exit-config", help="calibrated exit JSON for the specexit method (e.g. examples/toy/calibrated.json); "
                                           "default: the draft's defaults")
     bv.set_defaults(func=cmd_bench_vllm)
+    bh = be.add_parser("hook", help="microseconds the SpecExit vLLM hook adds per engine step (synthetic runner state)")
+    bh.add_argument("--sizes", type=int, nargs="+", default=[1, 16, 64, 256], help="running requests per step")
+    bh.add_argument("--steps", type=int, default=40, help="timed steps per size")
+    bh.add_argument("--json", action="store_true", help="only the JSON lines (the last one holds the numbers)")
+    bh.set_defaults(func=cmd_bench_hook)
 
     ca = sub.add_parser("calibrate", help="pick exit thresholds on a dev split (fastest within an accuracy tolerance)")
     ca.add_argument("--config", default="examples/toy/calibrate.yaml", help="CalibrateConfig YAML")

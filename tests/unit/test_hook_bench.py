@@ -1,0 +1,14 @@
+"""`specexit bench hook` at tiny sizes: the last line is the JSON the docs quote."""
+
+import json
+
+from specexit_app.cli import build_parser
+
+
+def test_bench_hook_json_shape(capsys):
+    args = build_parser().parse_args(["bench", "hook", "--json", "--sizes", "1", "4", "--steps", "3"])
+    assert args.func(args) == 0
+    last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert set(last) == {"hook_us_per_step", "step_us_without_hook"}
+    for k in last:
+        assert set(last[k]) == {"1", "4"} and all(v > 0 for v in last[k].values())
