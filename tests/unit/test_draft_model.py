@@ -15,6 +15,14 @@ from specexit_core.training import ttt_attention
 from specexit_core.training.loss import DynamicWeighting, LossConfig, ttt_token_loss, ttt_unroll
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny matmuls on a shared 2-core machine: threads only contend
+    yield
+    torch.set_num_threads(n)
+
+
 def small_cfg(**kw) -> DraftConfig:
     base = dict(hidden_size=32, num_attention_heads=4, num_key_value_heads=2, head_dim=8, intermediate_size=64,
                 vocab_size=50, draft_vocab_size=30, aux_layer_ids=(1, 2, 3), target_hidden_size=32)
