@@ -155,6 +155,19 @@ def test_unsupported_vllm_version_fails_at_startup():
     assert "supports vLLM >=0.32.0 <0.33.0" in res.stderr and "found 0.31.0" in res.stderr
 
 
+def test_plugin_registration_leaves_the_runner_env_alone():
+    """Registering the plugin pins no model runner through the environment (a fresh interpreter:
+    importing vLLM there takes ~20 s, so this lives here, not in tests/unit)."""
+    code = ("import os\nfrom specexit_core.vllm_plugin import register\nregister()\n"
+            "from vllm.config import VllmConfig\n"
+            "print(repr(os.environ.get('VLLM_USE_V2_MODEL_RUNNER')), "
+            "VllmConfig.use_v2_model_runner.fget._specexit)")
+    env = {k: v for k, v in __import__("os").environ.items() if k != "VLLM_USE_V2_MODEL_RUNNER"}
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240, env=env)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.strip().splitlines()[-1] == "None True"
+
+
 def test_streaming_with_aborts_leaves_no_state(prompts, reference, teacher, telemetry_dir):
     """100 concurrent streamed requests, every 10th aborted mid-stream: the rest finish with the
     reference output; afterwards the hook holds no state for any of them."""
