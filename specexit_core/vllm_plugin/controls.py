@@ -4,10 +4,10 @@ Offline: `SamplingParams(extra_args={"specexit": {"confidence_threshold": 0.9}})
 `{"specexit": False}`. OpenAI server (values must be flat): `"vllm_xargs": {"specexit_enabled": 0,
 "specexit_method": "progress", "specexit_confidence_threshold": 0.9, ...}`. Any field of
 `ExitConfig` may be set. Bad values raise `VLLMValidationError` while the request is built, so
-the OpenAI server answers 400 and the engine never sees them. They are checked against the same
-defaults the worker merges them with (`frontend_defaults`: the SpecExit draft of the engine this
-process built <- $SPECEXIT_EXIT_CONFIG), so e.g. a request budget below the server's
-`min_think_tokens` is a 400, not an error inside the engine.
+the OpenAI server answers 400 and the engine never sees them. At submission they are also checked
+against the defaults the worker merges them with (`engine_defaults`: the engine's SpecExit draft
+<- $SPECEXIT_EXIT_CONFIG), so e.g. a request budget below the server's `min_think_tokens` is a
+400, not an error inside the engine.
 """
 
 from __future__ import annotations
@@ -82,56 +82,56 @@ def server_defaults(draft_exit_defaults: Mapping[str, Any] | None = None) -> Exi
     return resolve_exit_config(draft_exit_defaults, os.environ.get(EXIT_CONFIG_ENV))
 
 
-_draft_exit_defaults: dict[str, Any] | None = None  # of the SpecExit draft of the engine built here
-
-
-def remember_draft_defaults(speculative_config) -> None:
-    """Record the `exit_defaults` of an engine's SpecExit draft (called as its VllmConfig is built,
-    in the front-end process), so requests are validated against what the worker will merge."""
-    global _draft_exit_defaults
+def engine_defaults(vllm_config) -> ExitConfig | None:
+    """The defaults an engine's worker merges requests with (`server_defaults` with its SpecExit
+    draft's exit_defaults), or None for an engine without a SpecExit draft."""
     from specexit_core.vllm_plugin.runner_choice import is_specexit_draft
 
-    if not is_specexit_draft(speculative_config):
-        return
-    hf = getattr(getattr(speculative_config, "draft_model_config", None), "hf_config", None)
-    if hf is not None:
-        _draft_exit_defaults = read_specexit_fields(hf).exit_defaults
-
-
-def frontend_defaults() -> ExitConfig:
-    """The defaults the worker resolves (`server_defaults` with the draft's exit_defaults); plain
-    ExitConfig() if they cannot be resolved (the engine then fails at start-up with the reason)."""
-    try:
-        return server_defaults(_draft_exit_defaults)
-    except ValueError:
-        return ExitConfig()
+    spec = getattr(vllm_config, "speculative_config", None)
+    if not is_specexit_draft(spec):
+        return None
+    hf = getattr(getattr(spec, "draft_model_config", None), "hf_config", None)
+    return server_defaults(read_specexit_fields(hf).exit_defaults if hf is not None else None)
 
 
 def install_request_validation() -> None:
-    """Validate SpecExit controls when SamplingParams are built (front-end process)."""
-    from vllm.config import VllmConfig
+    """Validate SpecExit controls in the front end: names and values when SamplingParams are built
+    (against ExitConfig(): the same check in every process, since the engine core rebuilds the
+    params when it decodes them and must never raise there), then against the engine's resolved
+    defaults when the request is submitted (`InputProcessor._validate_params`, front end only)."""
     from vllm.exceptions import VLLMValidationError
     from vllm.sampling_params import SamplingParams
+    from vllm.v1.engine.input_processor import InputProcessor
 
     if getattr(SamplingParams, "_specexit_patched", False):
         return
-    orig = SamplingParams._verify_args
 
-    def _verify_args(self) -> None:
-        orig(self)
-        if self.extra_args and any(k == KEY or str(k).startswith(PREFIX) for k in self.extra_args):
+    def _check(extra_args, defaults: ExitConfig) -> None:
+        if extra_args and any(k == KEY or str(k).startswith(PREFIX) for k in extra_args):
             try:
-                request_exit_config(self.extra_args, frontend_defaults())
+                request_exit_config(extra_args, defaults)
             except ValueError as e:
                 raise VLLMValidationError(f"invalid SpecExit control: {e}", parameter="vllm_xargs") from None
 
+    orig_verify = SamplingParams._verify_args
+
+    def _verify_args(self) -> None:
+        orig_verify(self)
+        _check(self.extra_args, ExitConfig())
+
+    orig_validate = InputProcessor._validate_params
+
+    def _validate_params(self, params, *args, **kwargs):
+        out = orig_validate(self, params, *args, **kwargs)
+        if isinstance(params, SamplingParams) and params.extra_args:
+            try:
+                defaults = engine_defaults(self.vllm_config)
+            except ValueError:
+                defaults = None  # a bad $SPECEXIT_EXIT_CONFIG: the engine reports it at start-up
+            if defaults is not None:
+                _check(params.extra_args, defaults)
+        return out
+
     SamplingParams._verify_args = _verify_args
     SamplingParams._specexit_patched = True
-
-    orig_post_init = VllmConfig.__post_init__
-
-    def __post_init__(self, *args, **kwargs):
-        orig_post_init(self, *args, **kwargs)
-        remember_draft_defaults(getattr(self, "speculative_config", None))
-
-    VllmConfig.__post_init__ = __post_init__
+    InputProcessor._validate_params = _validate_params

@@ -59,6 +59,7 @@ class _ReqState:
     pending: tuple[int, int, ExitDecision] | None = None  # forced: (split token idx, token, decision)
     exit: ExitDecision | None = None  # realised exit
     fallback: str | None = None  # why this request runs without exit
+    done: bool = False  # thinking over (exited or `</think>` committed): nothing left to decide
 
 
 class _LostTrack(RuntimeError):
@@ -133,14 +134,14 @@ class SpecExitRunnerState:
         num_reqs = len(sdm.num_draft_tokens)
         req_ids = runner.input_batch.req_ids[:num_reqs]
         states = [self.reqs.get(r) or self._state(runner, r) for r in req_ids]
-        if all(st.tracker is None for st in states):
+        if all(st.tracker is None or st.done for st in states):
             return  # SpecExit off for the whole batch: no device work at all
         rows = self._host_rows(runner, sdm, aux)
         cu = [0, *accumulate(n + 1 for n in sdm.num_draft_tokens)]  # host-side: no device sync
         discard = runner.discard_request_mask.np[:num_reqs] if hasattr(runner, "discard_request_mask") else None
         logits = exec_state.logits
         for r, st in enumerate(states):
-            if st.tracker is None or (discard is not None and discard[r]):
+            if st.tracker is None or st.done or (discard is not None and discard[r]):
                 continue
             start = cu[r]
             try:
@@ -199,6 +200,7 @@ class SpecExitRunnerState:
         tr = st.tracker
         self._check_realised(req_id, st, out)
         if tr.exited:
+            st.done = st.pending is None  # answer tokens cost nothing from here on
             return None
         # 1) catch the committed tracker up; the last committed token is input 0
         for g in range(st.appended, len(out)):
@@ -212,7 +214,10 @@ class SpecExitRunnerState:
                 if st.exit is None and (st.pending is None or st.pending[0] != g):
                     log.warning("specexit: exit for %s at token %d was not forced in time", req_id, g)
                 return None
-        if not tr.in_think or len(inputs) == 1:
+        if not tr.in_think:
+            st.done = st.pending is None
+            return None
+        if len(inputs) == 1:
             return None
         # Only a split token among the drafts (or a budget that ends within them) can force an
         # exit this step; most steps have neither, and skip the look-ahead copy entirely.

@@ -77,17 +77,20 @@ def test_version_gate():
 def test_requests_are_validated_against_the_resolved_server_defaults(monkeypatch):
     """#16 item 1: a budget below the server's min_think_tokens is rejected up front (it used to
     pass the front-end check against ExitConfig() and raise inside the worker)."""
-    from specexit_core.vllm_plugin import controls
+    from types import SimpleNamespace
+
+    from specexit_core.draft.config import SPECEXIT_ARCH
+    from specexit_core.vllm_plugin.controls import engine_defaults
 
     monkeypatch.setenv("SPECEXIT_EXIT_CONFIG", '{"min_think_tokens": 50}')
-    monkeypatch.setattr(controls, "_draft_exit_defaults", {"confidence_threshold": 0.7})
-    d = controls.frontend_defaults()
+    hf = SimpleNamespace(architectures=[SPECEXIT_ARCH], specexit={"exit_defaults": {"confidence_threshold": 0.7}})
+    cfg = SimpleNamespace(speculative_config=SimpleNamespace(draft_model_config=SimpleNamespace(hf_config=hf)))
+    d = engine_defaults(cfg)
     assert d.min_think_tokens == 50 and d.confidence_threshold == 0.7
     with pytest.raises(ValueError, match=r"max_think_tokens \(10\) must be >= min_think_tokens \(50\)"):
         request_exit_config({"specexit_max_think_tokens": 10}, d)
     assert request_exit_config({"specexit_max_think_tokens": 60}, d).max_think_tokens == 60
-    monkeypatch.setenv("SPECEXIT_EXIT_CONFIG", '{"bogus": 1}')  # the engine reports that at start-up
-    assert controls.frontend_defaults() == ExitConfig()
+    assert engine_defaults(SimpleNamespace(speculative_config=None)) is None  # not a SpecExit engine
 
 
 def _spec_config(archs=None, model=None):
