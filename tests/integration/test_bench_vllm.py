@@ -1,6 +1,7 @@
 """`specexit bench vllm --json` runs and reports every method side by side (a smoke run, n=4)."""
 
 import pytest
+
 from support.cli import run_json, specexit
 
 pytestmark = pytest.mark.vllm

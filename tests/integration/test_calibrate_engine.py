@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import yaml
+
 from support.cli import run_json, specexit
 from support.paths import REPO_ROOT
 

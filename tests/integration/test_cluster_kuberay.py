@@ -18,9 +18,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from support.paths import REPO_ROOT
-
 from cluster import render_kuberay as rk
+from support.paths import REPO_ROOT
 
 KDIR = REPO_ROOT / "cluster" / "kuberay"
 SERVE_GPU = REPO_ROOT / "serve_app" / "gpu_tp2.yaml"

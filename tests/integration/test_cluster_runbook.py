@@ -10,19 +10,17 @@ The toy configs are examples/toy/*.yaml with paths moved into a temp folder and 
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import yaml
+
 from support.cli import output_json, run
-from support.ray_head import LocalHead, retry_no_agent
 from support.paths import REPO_ROOT
+from support.ray_head import LocalHead, retry_no_agent
 
 RUNBOOK = REPO_ROOT / "docs" / "runbook.md"
 N_PROBLEMS = 24

@@ -3,6 +3,7 @@
 import json
 
 import pytest
+
 from support.cli import run_json, specexit
 from support.ports import free_port
 

@@ -4,9 +4,7 @@ its SpecExit draft, a handful of problems (plus bad rows) at T=0 and T=0.6; then
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
-from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
@@ -79,7 +77,7 @@ def test_method_invariants(run):
     by = {}
     for r in ok:
         by.setdefault((r["problem_id"], r["temperature"]), {})[(r["method"], r["setting"])] = r
-    for (pid, t), d in by.items():
+    for (_pid, t), d in by.items():
         assert d[("nothink", "")]["think_tokens"] == 0
         for b in (16, 48):
             assert d[("budget", str(b))]["think_tokens"] <= b
@@ -109,10 +107,9 @@ def test_report_files(run):
 def test_resume_and_identity(run):
     _, s = run_json(run["cmd"][:-1], timeout=300)
     assert s["complete"] and s["pipeline_seconds"] is None  # nothing left to do: no engine started
-    from specexit_core.typed_config import load_config
-
     from pipelines.evaluate.config import EvalConfig
     from pipelines.evaluate.job import check_run_identity
+    from specexit_core.typed_config import load_config
 
     cfg = load_config(EvalConfig, str(run["cfg"]), overrides={"output": str(run["out"])})
     cfg.seed = 123

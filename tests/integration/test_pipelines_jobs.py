@@ -13,7 +13,6 @@ import json
 import math
 import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -21,13 +20,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from support.cli import output_json, run_json
-from support.ray_head import LocalHead, retry_no_agent
 from pipelines.common.parts import read_all
 from pipelines.common.schemas import LABELS, TRACES
 from specexit_core.toy.paths import TEACHER_DIR
 from specexit_core.toy.task import problems
-from support.paths import REPO_ROOT
+from support.cli import output_json, run_json
+from support.ray_head import LocalHead, retry_no_agent
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -273,8 +271,8 @@ def test_exported_draft_runs_eagle3_in_vllm(work):
     speculative decoding equals plain greedy decoding (plugin: with the exit off; with it on, up to
     the exit point)."""
     from specexit_core.draft.checkpoint import convert, load_draft
-    from specexit_core.toy.teacher_eval import prompt_ids
     from specexit_core.toy.hf_generate import generate, load_teacher
+    from specexit_core.toy.teacher_eval import prompt_ids
 
     draft = load_draft(work / "draft")
     assert draft.cfg.signals and draft.cfg.aux_layer_ids == (1, 2, 3)

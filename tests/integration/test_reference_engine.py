@@ -1,15 +1,14 @@
 """The reference engine on the real toy teacher and its trained SpecExit draft."""
 
 import pytest
-import torch
 
 from specexit_core.draft.checkpoint import load_draft
 from specexit_core.engine.reference import ReferenceEngine
 from specexit_core.engine.types import GenerationRequest
 from specexit_core.exit import ExitConfig, decide
-from specexit_core.toy.teacher_eval import prompt_ids
 from specexit_core.toy.paths import DRAFT_DIR
 from specexit_core.toy.task import extract_answer, grade, problems
+from specexit_core.toy.teacher_eval import prompt_ids
 
 N_PROMPTS = 50
 OFF = ExitConfig(enabled=False)
@@ -71,7 +70,7 @@ def test_exit_enabled_equals_greedy_up_to_split_then_answers(engines, greedy, sp
     tok = engines["tok"]
     close, brk = tok.convert_tokens_to_ids("</think>"), tok.convert_tokens_to_ids("\n\n")
     exited = 0
-    for g, r, p in zip(greedy, spec_on, prompts[0]):
+    for g, r, _p in zip(greedy, spec_on, prompts[0]):
         if not r.exited:
             assert r.token_ids == g.token_ids
             continue

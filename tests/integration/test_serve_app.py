@@ -3,13 +3,13 @@ official `openai` client and httpx. One app is shared by the whole module (engin
 fault-injection tests run last because they restart the engine replica."""
 
 import asyncio
-import json
 import os
 import signal
 import time
 
 import httpx
 import pytest
+
 from support.serve import ServeApp, running_serve
 
 pytestmark = pytest.mark.vllm

@@ -7,6 +7,7 @@ import time
 
 import httpx
 import pytest
+
 from support.serve import ServeApp, running_serve
 
 pytestmark = pytest.mark.vllm

@@ -4,6 +4,7 @@ same SpecExit decisions as a TP=1 replica. Both apps run side by side in one Ser
 
 import httpx
 import pytest
+
 from support.serve import ServeApp, running_serve
 
 pytestmark = pytest.mark.vllm

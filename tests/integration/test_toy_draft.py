@@ -2,12 +2,11 @@
 
 import json
 
-from support.cli import run, specexit, tail
-
 from specexit_core.draft.checkpoint import load_draft, read_config
+from specexit_core.toy.draft_build import DraftTrainConfig, heldout_signal_metrics, make_traces
 from specexit_core.toy.hf_generate import load_teacher
 from specexit_core.toy.paths import DRAFT_DIR, TEACHER_DIR
-from specexit_core.toy.draft_build import DraftTrainConfig, heldout_signal_metrics, make_traces
+from support.cli import run, specexit, tail
 
 
 def test_shipped_draft_is_a_specexit_checkpoint():

@@ -2,16 +2,15 @@
 
 import json
 
-import torch
 from safetensors import safe_open
-from support.cli import run, run_json, specexit, tail
 
 from specexit_core.toy.build import BuildConfig
-from specexit_core.toy.teacher_eval import evaluate, oracle_exit, prompt_ids
 from specexit_core.toy.hf_generate import generate, load_teacher
 from specexit_core.toy.paths import TEACHER_DIR
 from specexit_core.toy.task import grade, problems
+from specexit_core.toy.teacher_eval import evaluate, oracle_exit, prompt_ids
 from specexit_core.toy.tokenizer import build_tokenizer
+from support.cli import run, run_json, specexit, tail
 
 
 def test_shipped_files_match_build_config():
@@ -31,7 +30,7 @@ def test_shipped_files_match_build_config():
     with safe_open(str(weights), "pt") as f:
         emb = f.get_tensor("model.embed_tokens.weight")
         assert tuple(emb.shape) == (cfg.arch.vocab_size, cfg.arch.hidden_size)
-        n_layers = {k.split(".")[2] for k in f.keys() if k.startswith("model.layers.")}
+        n_layers = {k.split(".")[2] for k in f.keys() if k.startswith("model.layers.")}  # noqa: SIM118 (safe_open: keys(), no iteration)
         assert len(n_layers) == cfg.arch.num_hidden_layers
 
 

@@ -2,10 +2,10 @@
 
 import pytest
 
-from specexit_core.toy.teacher_eval import prompt_ids
 from specexit_core.toy.hf_generate import generate
 from specexit_core.toy.paths import TEACHER_DIR
 from specexit_core.toy.task import grade, problems
+from specexit_core.toy.teacher_eval import prompt_ids
 
 pytestmark = pytest.mark.vllm
 

@@ -1,7 +1,6 @@
 """SpecExit inside real vLLM engines (CPU build): the toy teacher + its shipped SpecExit draft."""
 
 import asyncio
-import json
 import os
 import subprocess
 import sys
@@ -12,9 +11,9 @@ from specexit_core.draft.checkpoint import convert
 from specexit_core.engine.reference import ReferenceEngine
 from specexit_core.engine.types import GenerationRequest
 from specexit_core.exit import ExitConfig
-from specexit_core.toy.teacher_eval import prompt_ids
 from specexit_core.toy.paths import DRAFT_DIR, TEACHER_DIR
 from specexit_core.toy.task import problems
+from specexit_core.toy.teacher_eval import prompt_ids
 from specexit_core.vllm_env import apply_cpu_defaults, toy_llm_kwargs
 
 pytestmark = pytest.mark.vllm

@@ -5,13 +5,14 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import requests
-from support.ports import free_port
 
 from specexit_core.toy.paths import DRAFT_DIR, TEACHER_DIR
 from specexit_core.toy.task import grade, problems
+from support.ports import free_port
 
 pytestmark = pytest.mark.vllm
 
@@ -23,7 +24,7 @@ def server(tmp_path_factory):
     env = dict(os.environ, HF_HUB_OFFLINE="1", VLLM_CPU_KVCACHE_SPACE="1", VLLM_CPU_OMP_THREADS_BIND="0-1",
                PROMETHEUS_MULTIPROC_DIR=str(prom))
     spec = json.dumps({"method": "eagle3", "model": str(DRAFT_DIR), "num_speculative_tokens": 3})
-    log = open(tmp_path_factory.mktemp("server") / "server.log", "w")
+    log = open(tmp_path_factory.mktemp("server") / "server.log", "w")  # noqa: SIM115 (the server writes it until teardown)
     proc = subprocess.Popen(
         [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(TEACHER_DIR),
          "--served-model-name", "specexit-toy", "--speculative-config", spec, "--dtype", "float32",
@@ -33,7 +34,7 @@ def server(tmp_path_factory):
     try:
         for _ in range(240):
             if proc.poll() is not None:
-                raise RuntimeError(f"server exited: {open(log.name).read()[-3000:]}")
+                raise RuntimeError(f"server exited: {Path(log.name).read_text()[-3000:]}")
             try:
                 if requests.get(base + "/health", timeout=1).status_code == 200:
                     break

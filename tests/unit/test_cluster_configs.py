@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from support.paths import REPO_ROOT
 
 RAY_UP = sorted((REPO_ROOT / "cluster").glob("*/*.yaml"))

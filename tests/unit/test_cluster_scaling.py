@@ -16,9 +16,9 @@ import types
 
 import pytest
 import yaml
-from support.paths import REPO_ROOT
 
 from cluster import render_kuberay as rk
+from support.paths import REPO_ROOT
 
 KDIR = REPO_ROOT / "cluster" / "kuberay"
 EPS = 1e-9

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support.paths import REPO_ROOT
 
 from cluster import render_kuberay as rk
+from support.paths import REPO_ROOT
 
 KDIR = REPO_ROOT / "cluster" / "kuberay"
 RAY_UP = sorted(p for d in ("aws", "gcp") for p in (REPO_ROOT / "cluster" / d).glob("*.yaml"))

@@ -10,9 +10,16 @@ import pytest
 from pipelines.calibrate.config import CalibrateConfig
 from pipelines.calibrate.job import grid
 from pipelines.evaluate.config import EvalConfig
-from pipelines.evaluate.rules import (best_setting, count_think_answer, deer_confidence, deer_should_exit,
-                                  dynasor_should_exit, hedges, oracle_cut)
-from pipelines.evaluate.job import aggregate, target_checks, tally_problems
+from pipelines.evaluate.job import aggregate, tally_problems, target_checks
+from pipelines.evaluate.rules import (
+    best_setting,
+    count_think_answer,
+    deer_confidence,
+    deer_should_exit,
+    dynasor_should_exit,
+    hedges,
+    oracle_cut,
+)
 from pipelines.report.job import pareto_front
 from specexit_core.exit import ExitConfig, decide
 from specexit_core.exit.replay import exit_checks, first_exit

@@ -243,7 +243,7 @@ def naive_decide(tokens, signals, cfg, in_think=True):
     """Independent eager re-implementation of the rules, as a cross-check of decide()."""
     ewma, think, over = None, 0, False
     for i, (tok, sig) in enumerate(zip(tokens, signals)):
-        if over or tok == START or tok == END:
+        if over or tok in (START, END):
             in_think = in_think or tok == START
             over = over or tok == END
             continue

@@ -4,8 +4,15 @@ import numpy as np
 import pytest
 
 from specexit_core.labels import (
-    TraceLabels, confidence_from_probes, find_think_span, label_trace, label_with_engine, probe_outcomes,
-    probe_prompts, progress_remaining, step_boundaries,
+    TraceLabels,
+    confidence_from_probes,
+    find_think_span,
+    label_trace,
+    label_with_engine,
+    probe_outcomes,
+    probe_prompts,
+    progress_remaining,
+    step_boundaries,
 )
 
 THINK, END, SPLIT = 1, 2, 9

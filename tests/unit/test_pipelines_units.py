@@ -63,9 +63,9 @@ def test_example_configs_validate(path, monkeypatch):
 
 def test_toy_configs_chain(monkeypatch):
     monkeypatch.setenv("SPECEXIT_ROOT", "/data/x")
-    t, l, d = (load_stage_config(s, str(REPO_ROOT / "examples/toy" / f"{s}.yaml")) for s in ("traces", "labels", "train_draft"))
-    assert t.output == l.input == "/data/x/runs/toy/traces"
-    assert l.output == d.input == "/data/x/runs/toy/labels"
+    t, lab, d = (load_stage_config(s, str(REPO_ROOT / "examples/toy" / f"{s}.yaml")) for s in ("traces", "labels", "train_draft"))
+    assert t.output == lab.input == "/data/x/runs/toy/traces"
+    assert lab.output == d.input == "/data/x/runs/toy/labels"
     assert d.storage_path == "/data/x/runs/ray_train"
 
 

@@ -1,8 +1,17 @@
 import random
 
 from specexit_core.toy.task import (
-    MAX_OPERAND, MAX_OPS, MAX_VALUE, MIN_OPS, Problem, extract_answer, grade, is_hard, parse_problem,
-    problems, random_problem,
+    MAX_OPERAND,
+    MAX_OPS,
+    MAX_VALUE,
+    MIN_OPS,
+    Problem,
+    extract_answer,
+    grade,
+    is_hard,
+    parse_problem,
+    problems,
+    random_problem,
 )
 
 

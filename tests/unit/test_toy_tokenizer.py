@@ -1,9 +1,10 @@
+import random
+
 from transformers import AutoTokenizer
 
 from specexit_core.toy.paths import TEACHER_DIR
 from specexit_core.toy.task import problems
 from specexit_core.toy.tokenizer import build_tokenizer, vocabulary
-import random
 from specexit_core.toy.traces import make_trace
 
 

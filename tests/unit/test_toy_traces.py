@@ -5,8 +5,10 @@ import statistics
 from specexit_core.toy.task import is_hard, problems
 from specexit_core.toy.traces import BREAK, TraceStyle, make_trace
 
+DEFAULT_STYLE = TraceStyle()
 
-def _traces(n=2000, style=TraceStyle(), seed=0):
+
+def _traces(n=2000, style=DEFAULT_STYLE, seed=0):
     rng = random.Random(seed)
     return [make_trace(p, rng, style) for p in problems("train", n)]
 
@@ -51,7 +53,9 @@ def test_recheck_counts_vary_and_depend_on_the_problem():
 
 
 def _ratio(t):
-    ntok = lambda s: len(s.replace(BREAK, " @ ").split())  # word-level token count incl. breaks
+    def ntok(s):  # word-level token count incl. breaks
+        return len(s.replace(BREAK, " @ ").split())
+
     after = sum(ntok(p) + 1 for p in t.paragraphs[t.answer_known_after + 1 :])
     return after / (ntok(t.think_text))
 

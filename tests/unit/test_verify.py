@@ -43,7 +43,7 @@ def test_sampled_verification_matches_target_distribution():
     # second token: given the first was the accepted draft, it follows p1
     n_pairs = sum(pairs.values())
     cond = collections.Counter()
-    for (a, b), c in pairs.items():
+    for (_a, b), c in pairs.items():
         cond[b] += c
     assert _tv(cond, {i: float(p[1, i]) for i in range(V)}, n_pairs) < 0.02
 

@@ -112,5 +112,5 @@ def test_v1_is_pinned_only_for_specexit_drafts(tmp_path):
     assert wants_v1(_spec_config([SPECEXIT_ARCH]), False) is True
     with pytest.raises(RuntimeError, match="V1 model runner only"):
         wants_v1(_spec_config([SPECEXIT_ARCH]), True)
-    (tmp_path / "config.json").write_text('{"architectures": ["%s"]}' % SPECEXIT_ARCH)
+    (tmp_path / "config.json").write_text(f'{{"architectures": ["{SPECEXIT_ARCH}"]}}')
     assert is_specexit_draft(_spec_config(None, model=str(tmp_path)))  # before vLLM loads the hf config
