@@ -240,3 +240,38 @@ def test_cpu_expand_batch_to_tokens_fix():
     assert torch.equal(got, torch.tensor([0.6, 0.6, 1.0, 1.0, 1.0, 1.3]))
     top_k = torch.tensor([5, 7], dtype=torch.int32)
     assert torch.equal(expand_batch_to_tokens(top_k, torch.tensor([1, 3]), 3), torch.tensor([5, 7, 7], dtype=torch.int32))
+
+
+def test_bad_settings_and_broken_telemetry_never_kill_the_engine(prompts, tmp_path, monkeypatch):
+    """#16 items 1-2 with a real engine: server min_think_tokens 50 and an unwritable telemetry
+    folder. A request budget of 10 is refused at submit time; the same settings smuggled past the
+    front end fall back to no exit inside the worker; every later request is answered. (The engine
+    core re-runs SamplingParams validation when it decodes a request: a raise there used to hang
+    the engine, so only the front end checks against the resolved defaults.)"""
+    from vllm import LLM, SamplingParams
+    from vllm.exceptions import VLLMValidationError
+
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    monkeypatch.setenv("SPECEXIT_EXIT_CONFIG", '{"min_think_tokens": 50}')
+    monkeypatch.setenv("SPECEXIT_TELEMETRY_DIR", str(blocker / "events"))  # every write fails
+    apply_cpu_defaults()
+    engine = LLM(**spec_kwargs(DRAFT_DIR))
+    try:
+        bad = SamplingParams(max_tokens=5, extra_args={"specexit_max_think_tokens": 10})
+        with pytest.raises(VLLMValidationError, match=r"max_think_tokens \(10\) must be >= min_think_tokens \(50\)"):
+            engine.generate([{"prompt_token_ids": prompts[0]}], bad, use_tqdm=False)
+        # The worker-side safety net: make the front end see other defaults than the worker
+        # (which read min_think_tokens 50 at start-up), as before the fix.
+        monkeypatch.setenv("SPECEXIT_EXIT_CONFIG", "{}")
+        smuggled = SamplingParams(max_tokens=MAX_TOKENS, temperature=0, extra_args={"specexit_max_think_tokens": 10})
+        outs = engine.generate([{"prompt_token_ids": p} for p in prompts[:4]],
+                               [smuggled] + [SamplingParams(max_tokens=MAX_TOKENS, temperature=0)] * 3, use_tqdm=False)
+        assert all(o.outputs[0].token_ids for o in outs)
+        later = run(engine, prompts[4:8])
+        assert all(o.outputs[0].token_ids for o in later)
+        c = engine.collective_rpc("specexit_counters")[0]
+        assert c["fallbacks"] == 1 and c["exits"] > 0 and c["telemetry_errors"] >= c["exits"] + 1, c
+        assert c["hook_errors"] == 0
+    finally:
+        engine.llm_engine.engine_core.shutdown()
