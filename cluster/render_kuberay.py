@@ -67,9 +67,11 @@ SERVE_CLIENT_NAMESPACE = "ingress-nginx"
 # Nodes that carry a Ray accelerator type, as node labels: any one of these (nodeAffinity terms are
 # ORed) -- NVIDIA GPU feature discovery (GPU operator), GKE, and the instance type (EKS).
 ACCELERATOR_NODE_LABELS = {
-    "H100": {"nvidia.com/gpu.product": ["NVIDIA-H100-80GB-HBM3", "NVIDIA-H100-PCIe", "NVIDIA-H100-NVL"],
-             "cloud.google.com/gke-accelerator": ["nvidia-h100-80gb", "nvidia-h100-mega-80gb"],
-             "node.kubernetes.io/instance-type": ["p5.48xlarge", "p5.4xlarge"]},
+    "H100": {
+        "nvidia.com/gpu.product": ["NVIDIA-H100-80GB-HBM3", "NVIDIA-H100-PCIe", "NVIDIA-H100-NVL"],
+        "cloud.google.com/gke-accelerator": ["nvidia-h100-80gb", "nvidia-h100-mega-80gb"],
+        "node.kubernetes.io/instance-type": ["p5.48xlarge", "p5.4xlarge"],
+    },
 }
 # A serving pod's CPUs and memory per GPU it holds (one replica per pod; vLLM's host-side memory and
 # the pod's share of Ray's object store).
@@ -90,19 +92,36 @@ class ServeVariant:
 
 
 SERVE_VARIANTS = (
-    ServeVariant("qwen3-4b", "qwen3-4b", {"model": {"draft": "{draft}", "accelerator_type": _DELETE}},
-                 "`serve deploy cluster/serve/qwen3-4b.yaml` on the `ray up` clusters of the qwen3-4b recipe"
-                 " (docs/runbook.md, step A5)"),
-    ServeVariant("r1-llama-8b", "r1-llama-8b",
-                 {"model": {"id": "deepseek-r1-distill-llama-8b-specexit",
-                            "source": "deepseek-ai/DeepSeek-R1-Distill-Llama-8B", "draft": "{draft}",
-                            "accelerator_type": _DELETE, "reasoning_parser": "deepseek_r1"}},
-                 "`serve deploy cluster/serve/r1-llama-8b.yaml` on the `ray up` clusters of the r1-llama-8b recipe"
-                 " (docs/runbook.md, step A5);\n# also the serveConfigV2 of cluster/kuberay/r1-llama-8b/rayservice.yaml"),
+    ServeVariant(
+        "qwen3-4b",
+        "qwen3-4b",
+        {"model": {"draft": "{draft}", "accelerator_type": _DELETE}},
+        "`serve deploy cluster/serve/qwen3-4b.yaml` on the `ray up` clusters of the qwen3-4b recipe"
+        " (docs/runbook.md, step A5)",
+    ),
+    ServeVariant(
+        "r1-llama-8b",
+        "r1-llama-8b",
+        {
+            "model": {
+                "id": "deepseek-r1-distill-llama-8b-specexit",
+                "source": "deepseek-ai/DeepSeek-R1-Distill-Llama-8B",
+                "draft": "{draft}",
+                "accelerator_type": _DELETE,
+                "reasoning_parser": "deepseek_r1",
+            }
+        },
+        "`serve deploy cluster/serve/r1-llama-8b.yaml` on the `ray up` clusters of the r1-llama-8b recipe"
+        " (docs/runbook.md, step A5);\n# also the serveConfigV2 of cluster/kuberay/r1-llama-8b/rayservice.yaml",
+    ),
     # One H100 80 GB holds the 4B bf16 target (8 GB) and ~60 GB of KV cache: a replica needs one GPU,
     # so TP=2 would only halve the replicas per GPU and add an all-reduce per layer.
-    ServeVariant("qwen3-4b-h100", "qwen3-4b", {"model": {"tensor_parallel_size": 1}},
-                 "the serveConfigV2 of cluster/kuberay/qwen3-4b/rayservice.yaml (KubeRay: one H100 per replica)"),
+    ServeVariant(
+        "qwen3-4b-h100",
+        "qwen3-4b",
+        {"model": {"tensor_parallel_size": 1}},
+        "the serveConfigV2 of cluster/kuberay/qwen3-4b/rayservice.yaml (KubeRay: one H100 per replica)",
+    ),
 )
 SERVE_VARIANT = {v.name: v for v in SERVE_VARIANTS}
 
@@ -121,10 +140,24 @@ class Recipe:
 
 
 RECIPES = (
-    Recipe("qwen3-4b", "examples/gpu", "cluster/serve/qwen3-4b-h100.yaml", 4, 44, "170Gi",
-           "4x 24 GB GPUs (L4 / A10G), e.g. GKE g2-standard-48"),
-    Recipe("r1-llama-8b", "examples/gpu/deepseek-r1-8b", "cluster/serve/r1-llama-8b.yaml", 8, 88, "600Gi",
-           "8x A100 / H100, e.g. GKE a2-highgpu-8g, EKS p4d.24xlarge"),
+    Recipe(
+        "qwen3-4b",
+        "examples/gpu",
+        "cluster/serve/qwen3-4b-h100.yaml",
+        4,
+        44,
+        "170Gi",
+        "4x 24 GB GPUs (L4 / A10G), e.g. GKE g2-standard-48",
+    ),
+    Recipe(
+        "r1-llama-8b",
+        "examples/gpu/deepseek-r1-8b",
+        "cluster/serve/r1-llama-8b.yaml",
+        8,
+        88,
+        "600Gi",
+        "8x A100 / H100, e.g. GKE a2-highgpu-8g, EKS p4d.24xlarge",
+    ),
 )
 
 
@@ -136,7 +169,7 @@ def gpus_needed(stage: str, cfg) -> int:
 
 
 def load_config(stage: str, path: Path):
-    from pipelines.common.stage_cli import load_stage_config
+    from pipelines.stages import load_stage_config
 
     return load_stage_config(stage, str(path))
 
@@ -154,10 +187,13 @@ def _mounts():
 
 
 def _env():
-    return [{"name": "HF_HOME", "value": HF_HOME}, {"name": "TOKENIZERS_PARALLELISM", "value": "false"},
-            # Ray token auth on every node; a missing Secret keeps the pod from starting (fails closed)
-            {"name": "RAY_AUTH_MODE", "value": "token"},
-            {"name": "RAY_AUTH_TOKEN", "valueFrom": {"secretKeyRef": {"name": RAY_TOKEN_SECRET, "key": RAY_TOKEN_KEY}}}]
+    return [
+        {"name": "HF_HOME", "value": HF_HOME},
+        {"name": "TOKENIZERS_PARALLELISM", "value": "false"},
+        # Ray token auth on every node; a missing Secret keeps the pod from starting (fails closed)
+        {"name": "RAY_AUTH_MODE", "value": "token"},
+        {"name": "RAY_AUTH_TOKEN", "valueFrom": {"secretKeyRef": {"name": RAY_TOKEN_SECRET, "key": RAY_TOKEN_KEY}}},
+    ]
 
 
 def auth_options() -> dict:
@@ -173,8 +209,12 @@ def _pod_metadata(cluster: str) -> dict:
 
 
 def head_group(cluster: str, serve: bool, extra_volumes=(), extra_mounts=()) -> dict:
-    ports = [{"containerPort": 6379, "name": "gcs-server"}, {"containerPort": 8265, "name": "dashboard"},
-             {"containerPort": 10001, "name": "client"}, {"containerPort": 8080, "name": "metrics"}]
+    ports = [
+        {"containerPort": 6379, "name": "gcs-server"},
+        {"containerPort": 8265, "name": "dashboard"},
+        {"containerPort": 10001, "name": "client"},
+        {"containerPort": 8080, "name": "metrics"},
+    ]
     if serve:
         ports.append({"containerPort": 8000, "name": "serve"})
     res = {"cpu": "8", "memory": "32Gi"}
@@ -183,26 +223,51 @@ def head_group(cluster: str, serve: bool, extra_volumes=(), extra_mounts=()) -> 
         # The dashboard listens on all interfaces for the workers, the operator and the job submitter:
         # token auth and the cluster's NetworkPolicy guard it.
         "rayStartParams": {"dashboard-host": "0.0.0.0", "num-cpus": "8", "num-gpus": "0"},
-        "template": {"metadata": _pod_metadata(cluster), "spec": {
-            "containers": [{
-                "name": "ray-head", "image": IMAGE, "imagePullPolicy": "IfNotPresent",
-                "ports": ports, "env": _env(), "volumeMounts": _mounts() + list(extra_mounts),
-                "resources": {"requests": dict(res), "limits": dict(res)},
-            }],
-            "volumes": _volumes() + list(extra_volumes),
-        }},
+        "template": {
+            "metadata": _pod_metadata(cluster),
+            "spec": {
+                "containers": [
+                    {
+                        "name": "ray-head",
+                        "image": IMAGE,
+                        "imagePullPolicy": "IfNotPresent",
+                        "ports": ports,
+                        "env": _env(),
+                        "volumeMounts": _mounts() + list(extra_mounts),
+                        "resources": {"requests": dict(res), "limits": dict(res)},
+                    }
+                ],
+                "volumes": _volumes() + list(extra_volumes),
+            },
+        },
     }
 
 
-def gpu_group(cluster: str, name: str, gpus: int, cpus: int, memory: str, replicas: int, min_replicas: int,
-              max_replicas: int, extra_volumes=(), extra_mounts=(), accelerator_type: str | None = None) -> dict:
+def gpu_group(
+    cluster: str,
+    name: str,
+    gpus: int,
+    cpus: int,
+    memory: str,
+    replicas: int,
+    min_replicas: int,
+    max_replicas: int,
+    extra_volumes=(),
+    extra_mounts=(),
+    accelerator_type: str | None = None,
+) -> dict:
     res = {"cpu": str(cpus), "memory": memory, "nvidia.com/gpu": str(gpus)}
     spec = {
-        "containers": [{
-            "name": "ray-worker", "image": IMAGE, "imagePullPolicy": "IfNotPresent",
-            "env": _env(), "volumeMounts": _mounts() + list(extra_mounts),
-            "resources": {"requests": dict(res), "limits": dict(res)},
-        }],
+        "containers": [
+            {
+                "name": "ray-worker",
+                "image": IMAGE,
+                "imagePullPolicy": "IfNotPresent",
+                "env": _env(),
+                "volumeMounts": _mounts() + list(extra_mounts),
+                "resources": {"requests": dict(res), "limits": dict(res)},
+            }
+        ],
         "volumes": _volumes() + list(extra_volumes),
         # GPU node pools are usually tainted; add a nodeSelector for your accelerator if you have several.
         "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
@@ -215,7 +280,10 @@ def gpu_group(cluster: str, name: str, gpus: int, cpus: int, memory: str, replic
         start["resources"] = "'" + json.dumps({f"accelerator_type:{accelerator_type}": 1}) + "'"
         spec["affinity"] = accelerator_affinity(accelerator_type)
     return {
-        "groupName": name, "replicas": replicas, "minReplicas": min_replicas, "maxReplicas": max_replicas,
+        "groupName": name,
+        "replicas": replicas,
+        "minReplicas": min_replicas,
+        "maxReplicas": max_replicas,
         "rayStartParams": start,
         "template": {"metadata": _pod_metadata(cluster), "spec": spec},
     }
@@ -223,10 +291,14 @@ def gpu_group(cluster: str, name: str, gpus: int, cpus: int, memory: str, replic
 
 def accelerator_affinity(accelerator_type: str) -> dict:
     if accelerator_type not in ACCELERATOR_NODE_LABELS:
-        raise ValueError(f"accelerator_type {accelerator_type!r}: add the node labels of such nodes to "
-                         f"ACCELERATOR_NODE_LABELS in {Path(__file__).name}")
-    terms = [{"matchExpressions": [{"key": k, "operator": "In", "values": list(v)}]}
-             for k, v in ACCELERATOR_NODE_LABELS[accelerator_type].items()]
+        raise ValueError(
+            f"accelerator_type {accelerator_type!r}: add the node labels of such nodes to "
+            f"ACCELERATOR_NODE_LABELS in {Path(__file__).name}"
+        )
+    terms = [
+        {"matchExpressions": [{"key": k, "operator": "In", "values": list(v)}]}
+        for k, v in ACCELERATOR_NODE_LABELS[accelerator_type].items()
+    ]
     return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
 
 
@@ -239,20 +311,33 @@ def network_policy(cluster: str, labels: dict, submitter_job: str | None = None,
     (model downloads). `kubectl port-forward` reaches the pod through the kubelet, not this policy."""
     own = {"podSelector": {"matchLabels": {CLUSTER_LABEL: cluster}}}
     dashboard = [{"port": 8265, "protocol": "TCP"}]
-    rules = [{"from": [own]},
-             {"from": [{"namespaceSelector": {}, "podSelector": {"matchLabels": dict(OPERATOR_POD_LABELS)}}],
-              "ports": dashboard}]
+    rules = [
+        {"from": [own]},
+        {
+            "from": [{"namespaceSelector": {}, "podSelector": {"matchLabels": dict(OPERATOR_POD_LABELS)}}],
+            "ports": dashboard,
+        },
+    ]
     if submitter_job:
         rules.append({"from": [{"podSelector": {"matchLabels": {"job-name": submitter_job}}}], "ports": dashboard})
     if serve:
-        rules.append({"from": [{"namespaceSelector": {"matchLabels": {
-            "kubernetes.io/metadata.name": SERVE_CLIENT_NAMESPACE}}}], "ports": [{"port": 8000, "protocol": "TCP"}]})
+        rules.append(
+            {
+                "from": [
+                    {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": SERVE_CLIENT_NAMESPACE}}}
+                ],
+                "ports": [{"port": 8000, "protocol": "TCP"}],
+            }
+        )
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
         "metadata": {"name": cluster, "labels": dict(labels)},
-        "spec": {"podSelector": {"matchLabels": {CLUSTER_LABEL: cluster}}, "policyTypes": ["Ingress"],
-                 "ingress": rules},
+        "spec": {
+            "podSelector": {"matchLabels": {CLUSTER_LABEL: cluster}},
+            "policyTypes": ["Ingress"],
+            "ingress": rules,
+        },
     }
 
 
@@ -278,8 +363,11 @@ def rayjob(recipe: Recipe, stage: str) -> dict:
                 "rayVersion": RAY_VERSION,
                 "authOptions": auth_options(),
                 "headGroupSpec": head_group(name, serve=False),
-                "workerGroupSpecs": [gpu_group(name, "gpu", recipe.gpus_per_pod, recipe.cpus_per_pod,
-                                               recipe.memory_per_pod, pods, pods, pods)],
+                "workerGroupSpecs": [
+                    gpu_group(
+                        name, "gpu", recipe.gpus_per_pod, recipe.cpus_per_pod, recipe.memory_per_pod, pods, pods, pods
+                    )
+                ],
             },
         },
     }
@@ -339,9 +427,19 @@ def serve_group(cluster: str, applications: list, vols: list, mounts: list) -> d
         raise ValueError(f"a RayService serves one GPU model, got {len(gpu_args)}")
     (args,) = gpu_args
     tp, scale = args.model.tensor_parallel_size, args.autoscaling
-    return gpu_group(cluster, "gpu", tp, SERVE_CPUS_PER_GPU * tp, f"{SERVE_MEMORY_GIB_PER_GPU * tp}Gi",
-                     max(1, scale.min_replicas), scale.min_replicas, scale.max_replicas, vols, mounts,
-                     accelerator_type=args.model.accelerator_type)
+    return gpu_group(
+        cluster,
+        "gpu",
+        tp,
+        SERVE_CPUS_PER_GPU * tp,
+        f"{SERVE_MEMORY_GIB_PER_GPU * tp}Gi",
+        max(1, scale.min_replicas),
+        scale.min_replicas,
+        scale.max_replicas,
+        vols,
+        mounts,
+        accelerator_type=args.model.accelerator_type,
+    )
 
 
 def serve_pod_extras(recipe: Recipe, applications: list) -> tuple[list, list]:
@@ -353,14 +451,22 @@ def serve_pod_extras(recipe: Recipe, applications: list) -> tuple[list, list]:
         trained = trained_draft(recipe)
         if draft and draft != trained and not draft.startswith(STORAGE_MOUNT + "/"):
             # the Serve config reads the draft elsewhere: show it the one the recipe trained
-            mounts.append({"name": "storage", "mountPath": draft, "readOnly": True,
-                           "subPath": trained[len(STORAGE_MOUNT) + 1:]})
+            mounts.append(
+                {"name": "storage", "mountPath": draft, "readOnly": True, "subPath": trained[len(STORAGE_MOUNT) + 1 :]}
+            )
         auth = args.get("auth") or {}
         if auth.get("enabled") and auth.get("api_keys_file"):
             key_file = Path(auth["api_keys_file"])
-            volumes.append({"name": "api-keys", "secret": {
-                "secretName": API_KEYS_SECRET, "optional": True,  # no Secret: no keys, every request 401
-                "items": [{"key": "api-keys", "path": key_file.name}]}})
+            volumes.append(
+                {
+                    "name": "api-keys",
+                    "secret": {
+                        "secretName": API_KEYS_SECRET,
+                        "optional": True,  # no Secret: no keys, every request 401
+                        "items": [{"key": "api-keys", "path": key_file.name}],
+                    },
+                }
+            )
             mounts.append({"name": "api-keys", "mountPath": str(key_file.parent), "readOnly": True})
     return volumes, mounts
 
@@ -421,48 +527,67 @@ def _str(dumper, s: str):
 
 _Dumper.add_representer(str, _str)
 
-HEADER = ("# Generated by `python -m cluster.render_kuberay` -- edit that, not this file.\n"
-          "# Apply: envsubst '$SPECEXIT_IMAGE' < {path} | kubectl apply -f -   (docs/runbook.md)\n")
+HEADER = (
+    "# Generated by `python -m cluster.render_kuberay` -- edit that, not this file.\n"
+    "# Apply: envsubst '$SPECEXIT_IMAGE' < {path} | kubectl apply -f -   (docs/runbook.md)\n"
+)
 
 
 def dump(docs: dict | list, rel: str, note: str = "") -> str:
     docs = docs if isinstance(docs, list) else [docs]
-    return HEADER.format(path=rel) + (f"# {note}\n" if note else "") + yaml.dump_all(
-        docs, Dumper=_Dumper, sort_keys=False, width=1000)
+    return (
+        HEADER.format(path=rel)
+        + (f"# {note}\n" if note else "")
+        + yaml.dump_all(docs, Dumper=_Dumper, sort_keys=False, width=1000)
+    )
 
 
 def _serve_note(svc: dict) -> str:
     (group,) = svc["spec"]["rayClusterConfig"]["workerGroupSpecs"]
     gpus = group["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"]
     pin = group["rayStartParams"].get("resources")
-    return (f"one replica per {gpus}-GPU pod, {group['minReplicas']}..{group['maxReplicas']} pods"
-            + (f"; the pods declare {pin} and run on such nodes" if pin else ""))
+    return f"one replica per {gpus}-GPU pod, {group['minReplicas']}..{group['maxReplicas']} pods" + (
+        f"; the pods declare {pin} and run on such nodes" if pin else ""
+    )
 
 
 def render() -> dict[str, str]:
     """{path relative to the repo root: text}. Needs serve_app/gpu_tp2.yaml for the Serve files."""
-    files = {"cluster/kuberay/storage.yaml": dump(storage(), "cluster/kuberay/storage.yaml",
-                                                  "Shared volume for traces, labels, checkpoints, drafts and the HF cache.")}
+    files = {
+        "cluster/kuberay/storage.yaml": dump(
+            storage(),
+            "cluster/kuberay/storage.yaml",
+            "Shared volume for traces, labels, checkpoints, drafts and the HF cache.",
+        )
+    }
     for recipe in RECIPES:
         for stage in STAGES:
             rel = f"cluster/kuberay/{recipe.name}/rayjob-{stage.replace('_', '-')}.yaml"
             name = rayjob_name(recipe, stage)
             policy = network_policy(name, rayjob_labels(recipe, stage), submitter_job=name)
-            files[rel] = dump([rayjob(recipe, stage), policy], rel,
-                              f"{recipe.name}, stage {stage}: {recipe.gpu_note}. Its NetworkPolicy comes with it.")
+            files[rel] = dump(
+                [rayjob(recipe, stage), policy],
+                rel,
+                f"{recipe.name}, stage {stage}: {recipe.gpu_note}. Its NetworkPolicy comes with it.",
+            )
     if not (ROOT / SERVE_GPU_CONFIG).exists():
         return files
     for variant in SERVE_VARIANTS:
         rel = f"cluster/serve/{variant.name}.yaml"
         changed = ", ".join(sorted(_flat(variant.overrides)))
         files[rel] = SERVE_HEADER.format(use=variant.use, changed=changed) + yaml.safe_dump(
-            serve_variant(variant), sort_keys=False, width=1000)
+            serve_variant(variant), sort_keys=False, width=1000
+        )
     for recipe in RECIPES:
         rel = f"cluster/kuberay/{recipe.name}/rayservice.yaml"
         svc = rayservice(recipe)
         policy = network_policy(rayservice_name(recipe), rayservice_labels(recipe), serve=True)
-        files[rel] = dump([svc, policy], rel, f"serveConfigV2 = applications of {recipe.rayservice_config}; "
-                          f"{_serve_note(svc)}. Its NetworkPolicy comes with it.")
+        files[rel] = dump(
+            [svc, policy],
+            rel,
+            f"serveConfigV2 = applications of {recipe.rayservice_config}; "
+            f"{_serve_note(svc)}. Its NetworkPolicy comes with it.",
+        )
     return files
 
 

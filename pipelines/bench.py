@@ -15,10 +15,10 @@ import shutil
 import time
 from pathlib import Path
 
-from specexit_core.typed_config import resolve_path
-
-from pipelines.common.stage_cli import load_stage_config, setup_logging
 from pipelines.common.runtime import init_ray
+from pipelines.common.stage_cli import setup_logging
+from pipelines.stages import load_stage_config
+from specexit_core.typed_config import resolve_path
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "toy"
 
@@ -42,8 +42,9 @@ def main(argv: list[str] | None = None) -> int:
     wd = resolve_path(args.workdir)
     tr = load_stage_config("traces", str(EXAMPLES / "traces.yaml"), output=_fresh(f"{wd}/traces"), limit=args.n)
     lb = load_stage_config("labels", str(EXAMPLES / "labels.yaml"), input=tr.output)
-    td = load_stage_config("train_draft", str(EXAMPLES / "train_draft.yaml"), input=f"{wd}/labels_1",
-                           output=_fresh(f"{wd}/draft"))
+    td = load_stage_config(
+        "train_draft", str(EXAMPLES / "train_draft.yaml"), input=f"{wd}/labels_1", output=_fresh(f"{wd}/draft")
+    )
     tr.input.n = args.n
     tr.chunk_rows = lb.chunk_rows = args.chunk_rows
     if args.teacher:
@@ -62,8 +63,11 @@ def main(argv: list[str] | None = None) -> int:
     one, two = res["labels_1_engine"], res["labels_2_engine"]
     res["labels_2_vs_1_engine_ratio"] = {
         "rows_per_s": round(two["rows_per_s"] / one["rows_per_s"], 3),
-        "engine_rows_per_s": (round(two["engine_rows_per_s"] / one["engine_rows_per_s"], 3)
-                              if one.get("engine_rows_per_s") and two.get("engine_rows_per_s") else None),
+        "engine_rows_per_s": (
+            round(two["engine_rows_per_s"] / one["engine_rows_per_s"], 3)
+            if one.get("engine_rows_per_s") and two.get("engine_rows_per_s")
+            else None
+        ),
     }
     print("SPECEXIT_BENCH " + json.dumps(res, indent=2, sort_keys=True), flush=True)
     return 0

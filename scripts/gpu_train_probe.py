@@ -48,9 +48,18 @@ VARIANTS = {"bf16-recompute": dict(autocast=True, recompute=True), "bf16": dict(
 DEFAULT_VARIANT = "bf16-recompute"  # what a recipe trains with on GPUs (bf16_autocast / recompute: auto)
 SMOKE_VARIANTS = {"fp32-recompute": dict(autocast=False, recompute=True), "fp32": dict(autocast=False, recompute=False)}
 # --smoke: a Qwen3-style target small enough for a CPU unit test (fp32: bf16 matmuls are slow on CPU)
-SMOKE_TARGET = dict(model_type="qwen3", hidden_size=64, num_hidden_layers=4, num_attention_heads=4,
-                    num_key_value_heads=2, head_dim=16, intermediate_size=160, vocab_size=1000,
-                    tie_word_embeddings=True, max_position_embeddings=256)
+SMOKE_TARGET = dict(
+    model_type="qwen3",
+    hidden_size=64,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    intermediate_size=160,
+    vocab_size=1000,
+    tie_word_embeddings=True,
+    max_position_embeddings=256,
+)
 
 
 def step_tflops(s: TrainShape) -> float:
@@ -58,7 +67,12 @@ def step_tflops(s: TrainShape) -> float:
     target's forward, and per unroll step the draft layer, its attention and the LM head."""
     t, dc = s.target, s.draft
     n, seq = s.batch_size * s.seq_len, s.seq_len
-    h, qd, kd, vd = dc.hidden_size, dc.num_attention_heads * dc.head_dim, dc.num_key_value_heads * dc.head_dim, dc.draft_vocab_size
+    h, qd, kd, vd = (
+        dc.hidden_size,
+        dc.num_attention_heads * dc.head_dim,
+        dc.num_key_value_heads * dc.head_dim,
+        dc.draft_vocab_size,
+    )
     target = 2 * n * (t.params - t.vocab * t.hidden + vd * t.hidden) + t.layers * 2 * n * seq * t.heads * t.head_dim
     layer = 2 * n * (2 * h * (qd + 2 * kd) + qd * h + 3 * h * dc.intermediate_size)
     causal = 2 * n * seq * qd  # one causal attention forward: QK^T and PV, half the square each
@@ -78,13 +92,19 @@ def shape_of(recipe: str) -> tuple[TrainShape, str, dict]:
     cfg = load_config(TrainDraftConfig, ROOT / recipe, what="train_draft")
     if cfg.target not in KNOWN_TARGETS:
         raise SystemExit(f"{recipe}: target {cfg.target} has no config in specexit_core/training/known_targets.py")
-    return recipe_shape(cfg, device_type="cuda"), cfg.target, {"weighting": cfg.weighting, "world_size": cfg.num_workers}
+    return (
+        recipe_shape(cfg, device_type="cuda"),
+        cfg.target,
+        {"weighting": cfg.weighting, "world_size": cfg.num_workers},
+    )
 
 
 def run_variant(target, draft, shape: TrainShape, batch, *, weighting: str, warmup: int, steps: int, device) -> dict:
     """Warm-up steps (AdamW's moments appear at the first), then `steps` timed ones; peak memory
     over the timed steps (CUDA) or of one step plus the static tensors (CPU)."""
-    objective = SpecExitObjective(draft, LossConfig(unroll=shape.unroll, weighting=weighting, recompute=shape.recompute))
+    objective = SpecExitObjective(
+        draft, LossConfig(unroll=shape.unroll, weighting=weighting, recompute=shape.recompute)
+    )
     opt = torch.optim.AdamW([p for p in objective.parameters() if p.requires_grad], lr=1e-4, betas=(0.9, 0.95))
     cuda = device.type == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
@@ -105,13 +125,21 @@ def run_variant(target, draft, shape: TrainShape, batch, *, weighting: str, warm
         times.append(time.perf_counter() - t0)
     out = {"step_seconds": [round(x, 4) for x in times], "seconds_per_step": round(sum(times) / len(times), 4)}
     if cuda:
-        out.update(peak_allocated_bytes=torch.cuda.max_memory_allocated(),
-                   peak_reserved_bytes=torch.cuda.max_memory_reserved())
+        out.update(
+            peak_allocated_bytes=torch.cuda.max_memory_allocated(), peak_reserved_bytes=torch.cuda.max_memory_reserved()
+        )
     else:
-        tensors = [*target.parameters(), *target.buffers(), *objective.parameters(), *objective.buffers(),
-                   *(v for st in opt.state.values() for v in st.values() if torch.is_tensor(v))]
-        out.update(peak_allocated_bytes=live.peak + sum(t.numel() * t.element_size() for t in tensors),
-                   peak_reserved_bytes=None)
+        tensors = [
+            *target.parameters(),
+            *target.buffers(),
+            *objective.parameters(),
+            *objective.buffers(),
+            *(v for st in opt.state.values() for v in st.values() if torch.is_tensor(v)),
+        ]
+        out.update(
+            peak_allocated_bytes=live.peak + sum(t.numel() * t.element_size() for t in tensors),
+            peak_reserved_bytes=None,
+        )
     del objective, opt
     return out
 
@@ -126,43 +154,79 @@ def target_seconds(target, draft, batch, device) -> float:
         if device.type == "cuda":
             torch.cuda.synchronize()
         t0 = time.perf_counter()
-        target_features(target, batch.input_ids, batch.attention_mask, draft.cfg.aux_layer_ids, vocab_rows=rows,
-                        out_dtype=None)
+        target_features(
+            target, batch.input_ids, batch.attention_mask, draft.cfg.aux_layer_ids, vocab_rows=rows, out_dtype=None
+        )
         if device.type == "cuda":
             torch.cuda.synchronize()
         ts.append(time.perf_counter() - t0)
     return round(sum(ts) / len(ts), 4)
 
 
-def probe(name: str, hf_config: dict, base: TrainShape, *, dtype, device, variants: dict[str, dict], warmup: int,
-          steps: int, weighting: str, recipe_world: int, also_seq_lens: tuple[int, ...] = ()) -> dict:
+def probe(
+    name: str,
+    hf_config: dict,
+    base: TrainShape,
+    *,
+    dtype,
+    device,
+    variants: dict[str, dict],
+    warmup: int,
+    steps: int,
+    weighting: str,
+    recipe_world: int,
+    also_seq_lens: tuple[int, ...] = (),
+) -> dict:
     """One recipe: build its target, draft and batch, run every variant at the recipe's sequence
     length, then the default variant at `also_seq_lens` (time at typical lengths). `base` gives the
     batch size, sequence length, unroll, draft vocab and aux layers."""
     target = random_target(hf_config, dtype=dtype, device=device)
-    draft = random_draft(target, aux_layer_ids=base.draft.aux_layer_ids,
-                         draft_vocab_size=base.draft.draft_vocab_size, device=device)
-    shape = dataclasses.replace(base, target=TargetShape.from_hf(target.config), draft=draft.cfg, world_size=1,
-                                target_dtype_bytes=dtype.itemsize)
+    draft = random_draft(
+        target, aux_layer_ids=base.draft.aux_layer_ids, draft_vocab_size=base.draft.draft_vocab_size, device=device
+    )
+    shape = dataclasses.replace(
+        base,
+        target=TargetShape.from_hf(target.config),
+        draft=draft.cfg,
+        world_size=1,
+        target_dtype_bytes=dtype.itemsize,
+    )
     batch = random_batch(shape.batch_size, shape.seq_len, hf_config["vocab_size"], device=device)
-    res = {"recipe": name, "batch_size": shape.batch_size, "seq_len": shape.seq_len, "unroll": shape.unroll,
-           "draft_vocab_size": shape.draft.draft_vocab_size, "aux_layer_ids": list(shape.draft.aux_layer_ids),
-           "target_forward_seconds": target_seconds(target, draft, batch, device), "variants": {}}
+    res = {
+        "recipe": name,
+        "batch_size": shape.batch_size,
+        "seq_len": shape.seq_len,
+        "unroll": shape.unroll,
+        "draft_vocab_size": shape.draft.draft_vocab_size,
+        "aux_layer_ids": list(shape.draft.aux_layer_ids),
+        "target_forward_seconds": target_seconds(target, draft, batch, device),
+        "variants": {},
+    }
     runs = [(vname, dataclasses.replace(shape, **flags)) for vname, flags in variants.items()]
-    runs += [(f"{DEFAULT_VARIANT}@{n}", dataclasses.replace(shape, seq_len=n, **VARIANTS[DEFAULT_VARIANT]))
-             for n in also_seq_lens if n != shape.seq_len]
+    runs += [
+        (f"{DEFAULT_VARIANT}@{n}", dataclasses.replace(shape, seq_len=n, **VARIANTS[DEFAULT_VARIANT]))
+        for n in also_seq_lens
+        if n != shape.seq_len
+    ]
     for vname, vs in runs:
         flags = {"autocast": vs.autocast, "recompute": vs.recompute, "seq_len": vs.seq_len}
         if vs.seq_len != shape.seq_len:
             batch = random_batch(vs.batch_size, vs.seq_len, hf_config["vocab_size"], device=device)
         est = estimate_train_memory(vs)
-        row = {**flags, "estimated_peak_bytes": est.peak, "estimated_phase": est.phase, "estimated_phases": est.phases,
-               "estimated_peak_bytes_at_recipe_world_size": estimate_train_memory(
-                   dataclasses.replace(vs, world_size=recipe_world)).peak,
-               "model_tflops_per_step": round(step_tflops(vs), 6)}
+        row = {
+            **flags,
+            "estimated_peak_bytes": est.peak,
+            "estimated_phase": est.phase,
+            "estimated_phases": est.phases,
+            "estimated_peak_bytes_at_recipe_world_size": estimate_train_memory(
+                dataclasses.replace(vs, world_size=recipe_world)
+            ).peak,
+            "model_tflops_per_step": round(step_tflops(vs), 6),
+        }
         try:
-            row.update(run_variant(target, draft, vs, batch, weighting=weighting, warmup=warmup, steps=steps,
-                                   device=device))
+            row.update(
+                run_variant(target, draft, vs, batch, weighting=weighting, warmup=warmup, steps=steps, device=device)
+            )
             row["measured_over_estimated"] = round(row["peak_allocated_bytes"] / est.peak, 3)
             row["achieved_tflops"] = round(row["model_tflops_per_step"] / row["seconds_per_step"], 6)
         except torch.cuda.OutOfMemoryError as e:
@@ -185,9 +249,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--variant", action="append", choices=list(VARIANTS), help="default: all (GPU)")
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--steps", type=int, default=4, help="timed steps per variant")
-    ap.add_argument("--also-seq-len", type=int, action="append",
-                    help="also time the default variant at this many tokens per row (default: 2048, about a "
-                         "GSM8K reasoning trace; the recipes' max_seq_len is the memory worst case)")
+    ap.add_argument(
+        "--also-seq-len",
+        type=int,
+        action="append",
+        help="also time the default variant at this many tokens per row (default: 2048, about a "
+        "GSM8K reasoning trace; the recipes' max_seq_len is the memory worst case)",
+    )
     ap.add_argument("--smoke", action="store_true", help="CPU, tiny shapes: checks the script, measures nothing real")
     ap.add_argument("--out", default="gpu_train_probe.json")
     args = ap.parse_args(argv)
@@ -199,10 +267,25 @@ def main(argv: list[str] | None = None) -> int:
         device = torch.device("cpu")
         env["device"] = "cpu (--smoke)"
         torch.set_num_threads(1)  # tiny matmuls: more threads only contend
-        dcfg = DraftConfig.for_target(AutoConfig.for_model(**SMOKE_TARGET), aux_layer_ids=(1, 2, 3), draft_vocab_size=250)
+        dcfg = DraftConfig.for_target(
+            AutoConfig.for_model(**SMOKE_TARGET), aux_layer_ids=(1, 2, 3), draft_vocab_size=250
+        )
         base = TrainShape(target=None, draft=dcfg, batch_size=2, seq_len=32, unroll=3, loss_chunk_tokens=32)
-        results.append(probe("smoke", SMOKE_TARGET, base, dtype=torch.float32, device=device, variants=SMOKE_VARIANTS,
-                             warmup=1, steps=1, weighting="uncertainty", recipe_world=1, also_seq_lens=(16,)))
+        results.append(
+            probe(
+                "smoke",
+                SMOKE_TARGET,
+                base,
+                dtype=torch.float32,
+                device=device,
+                variants=SMOKE_VARIANTS,
+                warmup=1,
+                steps=1,
+                weighting="uncertainty",
+                recipe_world=1,
+                also_seq_lens=(16,),
+            )
+        )
     else:
         if not torch.cuda.is_available():
             raise SystemExit("no CUDA device (use --smoke on CPU)")
@@ -212,9 +295,21 @@ def main(argv: list[str] | None = None) -> int:
         variants = {k: VARIANTS[k] for k in args.variant or VARIANTS}
         for recipe in args.config or RECIPES:
             base, target_name, extra = shape_of(recipe)
-            results.append(probe(recipe, KNOWN_TARGETS[target_name], base, dtype=torch.bfloat16, device=device,
-                                 variants=variants, warmup=args.warmup, steps=args.steps, weighting=extra["weighting"],
-                                 recipe_world=extra["world_size"], also_seq_lens=tuple(args.also_seq_len or [2048])))
+            results.append(
+                probe(
+                    recipe,
+                    KNOWN_TARGETS[target_name],
+                    base,
+                    dtype=torch.bfloat16,
+                    device=device,
+                    variants=variants,
+                    warmup=args.warmup,
+                    steps=args.steps,
+                    weighting=extra["weighting"],
+                    recipe_world=extra["world_size"],
+                    also_seq_lens=tuple(args.also_seq_len or [2048]),
+                )
+            )
     Path(args.out).write_text(json.dumps({"environment": env, "results": results}, indent=2) + "\n")
     print(f"wrote {args.out}", flush=True)
     return 0

@@ -9,8 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 .venv/bin/ruff check .
-# TODO: enable once the one-time formatting pass has run over the code base (issue #12).
-# .venv/bin/ruff format --check .
+.venv/bin/ruff format --check .
 .venv/bin/lint-imports
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 exec .venv/bin/python -m pytest -q -ra "$@"

@@ -28,14 +28,20 @@ from specexit_core.vllm_env import cpu_engine_env
 
 def engine_kwargs(a: AppArgs) -> dict[str, Any]:
     m = a.model
-    kw: dict[str, Any] = {"dtype": m.dtype, "enforce_eager": m.enforce_eager,
-                          "tensor_parallel_size": m.tensor_parallel_size}
+    kw: dict[str, Any] = {
+        "dtype": m.dtype,
+        "enforce_eager": m.enforce_eager,
+        "tensor_parallel_size": m.tensor_parallel_size,
+    }
     for name in ("max_model_len", "max_num_seqs", "seed", "reasoning_parser"):
         if getattr(m, name) is not None:
             kw[name] = getattr(m, name)
     if m.draft:
-        kw["speculative_config"] = {"method": "eagle3", "model": m.draft,
-                                    "num_speculative_tokens": m.num_speculative_tokens}
+        kw["speculative_config"] = {
+            "method": "eagle3",
+            "model": m.draft,
+            "num_speculative_tokens": m.num_speculative_tokens,
+        }
     kw.update(m.engine_kwargs)
     return kw
 
@@ -96,8 +102,10 @@ def build_app(args: dict | AppArgs | None = None) -> Application:
     options = SpecExitIngress.get_deployment_options([cfg])
     options["ray_actor_options"] = {"num_cpus": a.ingress_num_cpus}
     # The ingress only forwards; it must not be where requests queue without bound or get refused.
-    options["max_ongoing_requests"] = max(1000, 4 * a.autoscaling.max_replicas *
-                                          (a.backpressure.max_ongoing_requests + a.backpressure.max_queued_requests))
+    options["max_ongoing_requests"] = max(
+        1000,
+        4 * a.autoscaling.max_replicas * (a.backpressure.max_ongoing_requests + a.backpressure.max_queued_requests),
+    )
     return serve.deployment(ingress_cls, **options).bind(
         llm_deployments={cfg.model_id: build_llm_deployment(cfg)},
         model_cards={cfg.model_id: to_model_metadata(cfg.model_id, cfg)},

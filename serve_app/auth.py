@@ -11,7 +11,6 @@ import hmac
 import json
 import logging
 import os
-from typing import Optional
 
 log = logging.getLogger("specexit.serve.auth")
 
@@ -26,10 +25,10 @@ def _split(text: str) -> list[str]:
 
 
 class KeyStore:
-    def __init__(self, env_name: Optional[str], file: Optional[str]):
+    def __init__(self, env_name: str | None, file: str | None):
         self.env_name, self.file = env_name, file
         self._file_keys: list[str] = []
-        self._mtime: Optional[float] = None
+        self._mtime: float | None = None
 
     def keys(self) -> list[str]:
         keys = _split(os.environ.get(self.env_name, "")) if self.env_name else []
@@ -59,7 +58,7 @@ class BearerAuthMiddleware:
     """401 unless `Authorization: Bearer <key>` matches a configured key. `/-/*` (Serve's own
     health/route probes) stays open so load balancers and KubeRay probes need no key."""
 
-    def __init__(self, app, *, env_name: Optional[str], file: Optional[str]):
+    def __init__(self, app, *, env_name: str | None, file: str | None):
         self.app = app
         self.store = KeyStore(env_name, file)
 
@@ -71,9 +70,18 @@ class BearerAuthMiddleware:
         if scheme.lower() == "bearer" and token.strip() and self.store.check(token.strip()):
             return await self.app(scope, receive, send)
         msg = "missing API key: send 'Authorization: Bearer <key>'" if not auth else "invalid API key"
-        body = json.dumps({"error": {"message": msg, "type": "authentication_error", "param": None,
-                                     "code": 401}}).encode()
-        await send({"type": "http.response.start", "status": 401,
-                    "headers": [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer"),
-                                (b"content-length", str(len(body)).encode())]})
+        body = json.dumps(
+            {"error": {"message": msg, "type": "authentication_error", "param": None, "code": 401}}
+        ).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 401,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"www-authenticate", b"Bearer"),
+                    (b"content-length", str(len(body)).encode()),
+                ],
+            }
+        )
         await send({"type": "http.response.body", "body": body})

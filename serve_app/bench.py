@@ -28,10 +28,16 @@ def _pct(xs: list[float], q: float) -> float:
 
 
 def _summary(lat: list[float], tokens: list[int], think: list[int], wall: float) -> dict:
-    return {"requests": len(lat), "wall_s": round(wall, 3), "tokens": sum(tokens),
-            "throughput_tok_s": round(sum(tokens) / wall, 1), "requests_per_s": round(len(lat) / wall, 2),
-            "p50_latency_s": round(_pct(lat, 0.5), 4), "p99_latency_s": round(_pct(lat, 0.99), 4),
-            "mean_think_tokens": round(statistics.mean(think), 1) if think else None}
+    return {
+        "requests": len(lat),
+        "wall_s": round(wall, 3),
+        "tokens": sum(tokens),
+        "throughput_tok_s": round(sum(tokens) / wall, 1),
+        "requests_per_s": round(len(lat) / wall, 2),
+        "p50_latency_s": round(_pct(lat, 0.5), 4),
+        "p99_latency_s": round(_pct(lat, 0.99), 4),
+        "mean_think_tokens": round(statistics.mean(think), 1) if think else None,
+    }
 
 
 async def _run(one, prompts: list[str], concurrency: int) -> dict:
@@ -65,14 +71,19 @@ async def bench_direct(engine_kwargs: dict, chat_prompts: list[str], levels: dic
 
     engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**engine_kwargs))
     try:
-        tok = await engine.get_tokenizer() if asyncio.iscoroutinefunction(engine.get_tokenizer) else engine.get_tokenizer()
+        tok = (
+            await engine.get_tokenizer()
+            if asyncio.iscoroutinefunction(engine.get_tokenizer)
+            else engine.get_tokenizer()
+        )
         sp = SamplingParams(max_tokens=max_tokens, temperature=0)
 
         async def one(content: str):
-            prompt = tok.apply_chat_template([{"role": "user", "content": content}], tokenize=False,
-                                             add_generation_prompt=True)
+            prompt = tok.apply_chat_template(
+                [{"role": "user", "content": content}], tokenize=False, add_generation_prompt=True
+            )
             out = None
-            async for out in engine.generate(prompt, sp, request_id=uuid.uuid4().hex):
+            async for out in engine.generate(prompt, sp, request_id=uuid.uuid4().hex):  # noqa: B007 (the last one is final)
                 pass
             return len(out.outputs[0].token_ids), None
 
@@ -83,8 +94,12 @@ async def bench_direct(engine_kwargs: dict, chat_prompts: list[str], levels: dic
 
 
 async def _endpoint_one(client, model: str, content: str, max_tokens: int, xargs: dict | None):
-    body = {"model": model, "messages": [{"role": "user", "content": content}], "max_tokens": max_tokens,
-            "temperature": 0}
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": content}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+    }
     if xargs:
         body["vllm_xargs"] = xargs
     r = await client.post("/v1/chat/completions", json=body)
@@ -103,8 +118,9 @@ async def bench_endpoint(url: str, model: str, chat_prompts: list[str], levels: 
             out[f"c{conc}"] = await _run(lambda p: _endpoint_one(c, model, p, max_tokens, None), chat_prompts[:n], conc)
         n16 = levels[max(levels)]
         out["specexit_on"] = out[f"c{max(levels)}"]
-        out["specexit_off"] = await _run(lambda p: _endpoint_one(c, model, p, max_tokens, {"specexit_enabled": 0}),
-                                         chat_prompts[:n16], max(levels))
+        out["specexit_off"] = await _run(
+            lambda p: _endpoint_one(c, model, p, max_tokens, {"specexit_enabled": 0}), chat_prompts[:n16], max(levels)
+        )
     return out
 
 
@@ -156,9 +172,18 @@ def main(argv=None) -> dict:
         t0 = time.time()
         while True:  # ready = a generation succeeds
             try:
-                if httpx.post(url + "/v1/chat/completions", timeout=30, json={
-                        "model": args.model.id, "messages": [{"role": "user", "content": "1 + 1"}],
-                        "max_tokens": 4}).status_code == 200:
+                if (
+                    httpx.post(
+                        url + "/v1/chat/completions",
+                        timeout=30,
+                        json={
+                            "model": args.model.id,
+                            "messages": [{"role": "user", "content": "1 + 1"}],
+                            "max_tokens": 4,
+                        },
+                    ).status_code
+                    == 200
+                ):
                     break
             except httpx.HTTPError:
                 pass
@@ -175,25 +200,42 @@ def main(argv=None) -> dict:
 
     on, off = endpoint["specexit_on"], endpoint["specexit_off"]
     result = {
-        "model": args.model.id, "draft": args.model.draft, "tensor_parallel_size": args.model.tensor_parallel_size,
-        "max_tokens": a.max_tokens, "direct_asyncllm": direct,
+        "model": args.model.id,
+        "draft": args.model.draft,
+        "tensor_parallel_size": args.model.tensor_parallel_size,
+        "max_tokens": a.max_tokens,
+        "direct_asyncllm": direct,
         "endpoint": {k: v for k, v in endpoint.items() if k.startswith("c")},
         "specexit_endpoint": {"on": on, "off": off},
         "ratios": {
-            **{f"endpoint_vs_direct_throughput_c{c}": ratio(endpoint[f"c{c}"]["throughput_tok_s"],
-                                                            direct[f"c{c}"]["throughput_tok_s"]) for c in levels},
-            **{f"endpoint_vs_direct_p50_latency_c{c}": ratio(endpoint[f"c{c}"]["p50_latency_s"],
-                                                             direct[f"c{c}"]["p50_latency_s"]) for c in levels},
-            **{f"endpoint_vs_direct_p99_latency_c{c}": ratio(endpoint[f"c{c}"]["p99_latency_s"],
-                                                             direct[f"c{c}"]["p99_latency_s"]) for c in levels},
+            **{
+                f"endpoint_vs_direct_throughput_c{c}": ratio(
+                    endpoint[f"c{c}"]["throughput_tok_s"], direct[f"c{c}"]["throughput_tok_s"]
+                )
+                for c in levels
+            },
+            **{
+                f"endpoint_vs_direct_p50_latency_c{c}": ratio(
+                    endpoint[f"c{c}"]["p50_latency_s"], direct[f"c{c}"]["p50_latency_s"]
+                )
+                for c in levels
+            },
+            **{
+                f"endpoint_vs_direct_p99_latency_c{c}": ratio(
+                    endpoint[f"c{c}"]["p99_latency_s"], direct[f"c{c}"]["p99_latency_s"]
+                )
+                for c in levels
+            },
             "specexit_on_vs_off_think_tokens": ratio(on["mean_think_tokens"], off["mean_think_tokens"]),
             "specexit_on_vs_off_tokens": ratio(on["tokens"], off["tokens"]),
             "specexit_on_vs_off_wall": ratio(on["wall_s"], off["wall_s"]),
             "specexit_on_vs_off_p50_latency": ratio(on["p50_latency_s"], off["p50_latency_s"]),
             "specexit_on_vs_off_requests_per_s": ratio(on["requests_per_s"], off["requests_per_s"]),
         },
-        "serve_overhead_target_met_c16": (ratio(endpoint["c16"]["throughput_tok_s"],
-                                                direct["c16"]["throughput_tok_s"]) or 0) >= 0.9,
+        "serve_overhead_target_met_c16": (
+            ratio(endpoint["c16"]["throughput_tok_s"], direct["c16"]["throughput_tok_s"]) or 0
+        )
+        >= 0.9,
     }
     print(json.dumps(result, indent=None if a.json else 2))
     return result

@@ -7,7 +7,7 @@ live (an env var, a file), the ingress replica reads them.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Literal, Optional
+from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
@@ -24,27 +24,30 @@ class ServeArgs(StrictModel):
 
 class CpuArgs(ServeArgs):
     kv_cache_gib: int = Field(1, ge=1, description="VLLM_CPU_KVCACHE_SPACE per replica (GiB)")
-    omp_threads_bind: Optional[str] = Field(
-        None, description="VLLM_CPU_OMP_THREADS_BIND, e.g. '0-1', or '0|1' for TP=2 (one core per rank)")
+    omp_threads_bind: str | None = Field(
+        None, description="VLLM_CPU_OMP_THREADS_BIND, e.g. '0-1', or '0|1' for TP=2 (one core per rank)"
+    )
 
 
 class ModelArgs(ServeArgs):
     id: str = Field(description="the model name clients send (`model` field) and /v1/models lists")
     source: str = Field(description="model folder or hub id; `toy:teacher` for the shipped toy")
-    draft: Optional[str] = Field(None, description="SpecExit (or stock EAGLE-3) draft folder; none: no speculation")
+    draft: str | None = Field(None, description="SpecExit (or stock EAGLE-3) draft folder; none: no speculation")
     num_speculative_tokens: int = Field(3, ge=1, le=16)
     tensor_parallel_size: int = Field(1, ge=1)
     accelerator: Literal["cpu", "gpu"] = "gpu"
-    accelerator_type: Optional[str] = Field(None, description="Ray accelerator type, e.g. H100 (GPU only)")
+    accelerator_type: str | None = Field(None, description="Ray accelerator type, e.g. H100 (GPU only)")
     dtype: str = "auto"
-    max_model_len: Optional[int] = Field(None, ge=16)
-    max_num_seqs: Optional[int] = Field(None, ge=1)
+    max_model_len: int | None = Field(None, ge=16)
+    max_num_seqs: int | None = Field(None, ge=1)
     enforce_eager: bool = False
-    seed: Optional[int] = None
-    reasoning_parser: Optional[str] = Field(
-        "qwen3", description="vLLM reasoning parser: splits <think>…</think> into `reasoning`; null: off")
-    aux_hidden_state_layer_ids: Optional[list[int]] = Field(
-        None, description="target layers the EAGLE-3 draft reads (needed for tiny targets)")
+    seed: int | None = None
+    reasoning_parser: str | None = Field(
+        "qwen3", description="vLLM reasoning parser: splits <think>…</think> into `reasoning`; null: off"
+    )
+    aux_hidden_state_layer_ids: list[int] | None = Field(
+        None, description="target layers the EAGLE-3 draft reads (needed for tiny targets)"
+    )
     engine_kwargs: dict[str, Any] = Field(default_factory=dict, description="more vLLM AsyncEngineArgs (validated)")
     cpu: CpuArgs = Field(default_factory=CpuArgs)
     env: dict[str, str] = Field(default_factory=dict, description="extra env vars for the engine replica")
@@ -66,11 +69,14 @@ class ModelArgs(ServeArgs):
         unknown = sorted(set(v) - known)
         if unknown:
             raise ValueError(f"unknown vLLM engine argument(s) {unknown} (see vllm AsyncEngineArgs)")
-        managed = sorted(set(v) & {"model", "served_model_name", "tensor_parallel_size", "speculative_config",
-                                   "reasoning_parser"})
+        managed = sorted(
+            set(v) & {"model", "served_model_name", "tensor_parallel_size", "speculative_config", "reasoning_parser"}
+        )
         if managed:
-            raise ValueError(f"set {managed} through the model fields (id, source, draft, tensor_parallel_size, "
-                             "reasoning_parser), not engine_kwargs")
+            raise ValueError(
+                f"set {managed} through the model fields (id, source, draft, tensor_parallel_size, "
+                "reasoning_parser), not engine_kwargs"
+            )
         return v
 
     @model_validator(mode="after")
@@ -82,9 +88,11 @@ class ModelArgs(ServeArgs):
 
 class SpecExitArgs(ServeArgs):
     exit_defaults: dict[str, Any] = Field(
-        default_factory=dict, description="server-wide ExitConfig overrides (requests override these)")
-    telemetry_dir: Optional[str] = Field(
-        None, description="where the engine logs exit events (default: a per-replica temp folder)")
+        default_factory=dict, description="server-wide ExitConfig overrides (requests override these)"
+    )
+    telemetry_dir: str | None = Field(
+        None, description="where the engine logs exit events (default: a per-replica temp folder)"
+    )
 
     @field_validator("exit_defaults")
     @classmethod
@@ -100,7 +108,7 @@ class SpecExitArgs(ServeArgs):
 class AutoscalingArgs(ServeArgs):
     min_replicas: int = Field(1, ge=0)
     max_replicas: int = Field(1, ge=1)
-    initial_replicas: Optional[int] = Field(None, ge=0)
+    initial_replicas: int | None = Field(None, ge=0)
     target_ongoing_requests: float = Field(16, gt=0)
     upscale_delay_s: float = Field(30.0, ge=0)
     downscale_delay_s: float = Field(600.0, ge=0)
@@ -123,8 +131,8 @@ class BackpressureArgs(ServeArgs):
 
 class AuthArgs(ServeArgs):
     enabled: bool = False
-    api_keys_env: Optional[str] = Field("SPECEXIT_API_KEYS", description="env var: keys, comma/newline separated")
-    api_keys_file: Optional[str] = Field(None, description="file: one key per line (# comments); re-read on change")
+    api_keys_env: str | None = Field("SPECEXIT_API_KEYS", description="env var: keys, comma/newline separated")
+    api_keys_file: str | None = Field(None, description="file: one key per line (# comments); re-read on change")
 
     @model_validator(mode="after")
     def _source(self):
@@ -146,8 +154,9 @@ class AppArgs(ServeArgs):
     auth: AuthArgs = Field(default_factory=AuthArgs)
     health: HealthArgs = Field(default_factory=HealthArgs)
     request_timeout_s: float = Field(300.0, gt=0, description="whole request, queueing included; then 503")
-    replica_num_cpus: float = Field(0.0, ge=0, description="logical CPUs for the replica actor itself "
-                                    "(the engine ranks get one bundle each)")
+    replica_num_cpus: float = Field(
+        0.0, ge=0, description="logical CPUs for the replica actor itself (the engine ranks get one bundle each)"
+    )
     ingress_num_cpus: float = Field(0.0, ge=0)
 
 
@@ -156,4 +165,3 @@ def load_args(args: dict | AppArgs | None) -> AppArgs:
     if isinstance(args, AppArgs):
         return args
     return load_config(AppArgs, raw=args or {}, what="Serve app args")
-

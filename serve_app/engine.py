@@ -15,7 +15,7 @@ import logging
 import os
 from collections.abc import AsyncGenerator
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from serve_app.ray_llm import VLLMEngine
 from serve_app.telemetry import ExitEventIndex, choice_telemetry, usage_block
@@ -25,7 +25,7 @@ from specexit_core.vllm_plugin.controls import request_exit_config, server_defau
 log = logging.getLogger("specexit.serve.engine")
 
 
-def _draft_specexit_fields(engine_kwargs: dict) -> Optional[SpecExitFields]:
+def _draft_specexit_fields(engine_kwargs: dict) -> SpecExitFields | None:
     """The SpecExit fields of the engine's draft; None without a SpecExit draft (a stock EAGLE-3
     or remote draft: the plugin's exit hook is inactive then)."""
     spec = engine_kwargs.get("speculative_config") or {}
@@ -55,10 +55,11 @@ class SpecExitVLLMEngine(VLLMEngine):
             return await orig_abort(request_id, *args, **kw)
 
         self._engine_client.abort = abort
-        log.info("SpecExit serving: active=%s think_end=%s telemetry=%s", self._specexit_active,
-                 self._think_end_id, tdir)
+        log.info(
+            "SpecExit serving: active=%s think_end=%s telemetry=%s", self._specexit_active, self._think_end_id, tdir
+        )
 
-    def _tokenizer_think_end(self) -> Optional[int]:
+    def _tokenizer_think_end(self) -> int | None:
         try:
             tid = self._engine_client.tokenizer.convert_tokens_to_ids("</think>")
             return tid if isinstance(tid, int) and tid >= 0 else None
@@ -99,8 +100,9 @@ class SpecExitVLLMEngine(VLLMEngine):
             else:
                 yield item  # ErrorResponse
 
-    def _telemetry(self, response_id: str, token_ids_by_choice: dict[int, list[int]], enabled: bool,
-                   n: Optional[int]) -> dict:
+    def _telemetry(
+        self, response_id: str, token_ids_by_choice: dict[int, list[int]], enabled: bool, n: int | None
+    ) -> dict:
         """n=None: chat (engine ids `<response id>`); else completions, where vLLM ids each prompt
         `<response id>-<prompt>` and choice c is sample c % n of prompt c // n."""
         choices = []
@@ -110,7 +112,7 @@ class SpecExitVLLMEngine(VLLMEngine):
             choices.append(choice_telemetry(token_ids_by_choice[i], self._think_end_id, ev))
         return usage_block(enabled, choices or [choice_telemetry([], self._think_end_id, None)])
 
-    def _finish_response(self, resp, want_ids: bool, enabled: bool, n: Optional[int]):
+    def _finish_response(self, resp, want_ids: bool, enabled: bool, n: int | None):
         chat = n is None
         ids = {c.index: list(c.token_ids or []) for c in resp.choices}
         if resp.usage is not None:
@@ -130,7 +132,7 @@ class SpecExitVLLMEngine(VLLMEngine):
 class _StreamRewriter:
     """Rewrites vLLM's SSE strings (`data: {...}\\n\\n`) of one streamed request."""
 
-    def __init__(self, engine: SpecExitVLLMEngine, want_ids: bool, enabled: bool, n: Optional[int]):
+    def __init__(self, engine: SpecExitVLLMEngine, want_ids: bool, enabled: bool, n: int | None):
         self.engine, self.want_ids, self.enabled, self.n, self.chat = engine, want_ids, enabled, n, n is None
         self.ids: dict[int, list[int]] = {}
 

@@ -16,7 +16,6 @@ import asyncio
 import json
 import logging
 import time
-from typing import Optional
 
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
@@ -37,21 +36,26 @@ def _engine_dead(e: BaseException) -> bool:
     """vLLM's EngineDeadError, wrapped by Ray on its way from the engine replica (matched by name:
     the ingress does not import vLLM)."""
     cause = getattr(e, "cause", None)
-    return any(type(x).__name__ == "EngineDeadError" for x in (e, cause) if x is not None) or \
-        "EngineDeadError" in str(e)
+    return any(type(x).__name__ == "EngineDeadError" for x in (e, cause) if x is not None) or "EngineDeadError" in str(
+        e
+    )
 
 
-def error_response(status: int, message: str, type_: str, retry_after: Optional[int] = None) -> JSONResponse:
+def error_response(status: int, message: str, type_: str, retry_after: int | None = None) -> JSONResponse:
     headers = {"Retry-After": str(retry_after)} if retry_after else None
-    return JSONResponse({"error": {"message": message, "type": type_, "param": None, "code": status}},
-                        status_code=status, headers=headers)
+    return JSONResponse(
+        {"error": {"message": message, "type": type_, "param": None, "code": status}},
+        status_code=status,
+        headers=headers,
+    )
 
 
 async def http_error_handler(request: Request, exc: StarletteHTTPException) -> JSONResponse:
     """FastAPI answers HTTPException (e.g. unknown model, 404) as `{"detail": ...}`; OpenAI clients
     expect `{"error": {...}}`."""
-    return error_response(exc.status_code, str(exc.detail), "invalid_request_error" if exc.status_code < 500
-                          else "server_error")
+    return error_response(
+        exc.status_code, str(exc.detail), "invalid_request_error" if exc.status_code < 500 else "server_error"
+    )
 
 
 async def validation_error_handler(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -69,8 +73,17 @@ def _sse_error(status: int, message: str, type_: str) -> str:
 
 
 class SpecExitIngress(OpenAiIngress):
-    def __init__(self, llm_deployments, model_cards, *, lora_paths=None, request_timeout_s: float = 300.0,
-                 retry_after_s: int = 1, overload_status: int = 429, auth: Optional[dict] = None):
+    def __init__(
+        self,
+        llm_deployments,
+        model_cards,
+        *,
+        lora_paths=None,
+        request_timeout_s: float = 300.0,
+        retry_after_s: int = 1,
+        overload_status: int = 429,
+        auth: dict | None = None,
+    ):
         super().__init__(llm_deployments, model_cards, lora_paths=lora_paths)
         self._timeout = float(request_timeout_s)
         self._retry_after = int(retry_after_s)
@@ -79,32 +92,50 @@ class SpecExitIngress(OpenAiIngress):
             # Fail at start-up, never serve open by accident: auth on but no key anywhere.
             n = len(KeyStore(auth.get("api_keys_env"), auth.get("api_keys_file")).keys())
             if n == 0:
-                raise RuntimeError("auth is enabled but no API key was found (set the env var "
-                                   f"{auth.get('api_keys_env')!r} or the file {auth.get('api_keys_file')!r})")
+                raise RuntimeError(
+                    "auth is enabled but no API key was found (set the env var "
+                    f"{auth.get('api_keys_env')!r} or the file {auth.get('api_keys_file')!r})"
+                )
             log.info("auth: %d API key(s) configured", n)
 
-    async def _process_llm_request(self, body, call_method: str, raw_request: Optional[Request] = None) -> Response:
+    async def _process_llm_request(self, body, call_method: str, raw_request: Request | None = None) -> Response:
         deadline = time.monotonic() + self._timeout
         try:
             async with asyncio.timeout(self._timeout):
                 gen = self._get_response(body=body, call_method=call_method, raw_request=raw_request)
                 first, gen = await peek_at_generator(gen)
         except BackPressureError:
-            return error_response(self._overload_status, "server overloaded: the request queue is full, retry later",
-                                  "overloaded_error", self._retry_after)
+            return error_response(
+                self._overload_status,
+                "server overloaded: the request queue is full, retry later",
+                "overloaded_error",
+                self._retry_after,
+            )
         except TimeoutError:
-            return error_response(503, f"request timed out after {self._timeout:g}s (server busy or restarting)",
-                                  "timeout_error", self._retry_after)
+            return error_response(
+                503,
+                f"request timed out after {self._timeout:g}s (server busy or restarting)",
+                "timeout_error",
+                self._retry_after,
+            )
         except _UNAVAILABLE as e:
             log.warning("engine replica unavailable: %s", type(e).__name__)
-            return error_response(503, "model replica unavailable (restarting), retry later",
-                                  "service_unavailable_error", self._retry_after)
+            return error_response(
+                503,
+                "model replica unavailable (restarting), retry later",
+                "service_unavailable_error",
+                self._retry_after,
+            )
         except RayTaskError as e:
             if not _engine_dead(e):
                 raise
             log.warning("engine dead under a request; the health check replaces the replica")
-            return error_response(503, "model engine failed, its replica is being replaced; retry later",
-                                  "service_unavailable_error", self._retry_after)
+            return error_response(
+                503,
+                "model engine failed, its replica is being replaced; retry later",
+                "service_unavailable_error",
+                self._retry_after,
+            )
 
         chunk = first[0] if isinstance(first, list) else first
         if isinstance(chunk, ErrorResponse):
@@ -114,8 +145,7 @@ class SpecExitIngress(OpenAiIngress):
             return error_response(code, chunk.error.message, chunk.error.type)
         if isinstance(chunk, NON_STREAMING_RESPONSE_TYPES):
             return JSONResponse(content=chunk.model_dump())
-        return StreamingResponse(self._guarded(openai_json_wrapper(gen), deadline),
-                                 media_type="text/event-stream")
+        return StreamingResponse(self._guarded(openai_json_wrapper(gen), deadline), media_type="text/event-stream")
 
     async def _guarded(self, stream, deadline: float):
         """The rest of the deadline applies to the stream; failures become a final SSE error event."""
@@ -139,4 +169,3 @@ class SpecExitIngress(OpenAiIngress):
             yield _sse_error(503, "model engine failed during the request, retry", "service_unavailable_error")
         finally:
             await stream.aclose()  # cancels the replica call -> the engine aborts the request
-

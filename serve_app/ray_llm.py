@@ -44,8 +44,17 @@ from ray.llm._internal.serve.engines.vllm.vllm_engine import VLLMEngine
 
 RAY_VERSION_READ = "2.60.0"
 
-__all__ = ["ErrorResponse", "NON_STREAMING_RESPONSE_TYPES", "RAY_VERSION_READ", "VLLMEngine", "build_like_serve_run",
-           "init_fastapi", "openai_json_wrapper", "peek_at_generator", "to_model_metadata"]
+__all__ = [
+    "ErrorResponse",
+    "NON_STREAMING_RESPONSE_TYPES",
+    "RAY_VERSION_READ",
+    "VLLMEngine",
+    "build_like_serve_run",
+    "init_fastapi",
+    "openai_json_wrapper",
+    "peek_at_generator",
+    "to_model_metadata",
+]
 
 
 def build_like_serve_run(app_cfg: dict):

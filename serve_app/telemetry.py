@@ -13,7 +13,7 @@ import json
 import re
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 _CHILD = re.compile(r"^(\d+)_(.*)$")
 
@@ -64,14 +64,14 @@ class ExitEventIndex:
         while len(self._events) > self.max_events:  # exits of requests nobody asked about (aborted)
             self._events.popitem(last=False)
 
-    def pop(self, response_id: str, choice: int = 0) -> Optional[dict]:
+    def pop(self, response_id: str, choice: int = 0) -> dict | None:
         key = (response_id, choice)
         if key not in self._events:
             self._refresh()
         return self._events.pop(key, None)
 
 
-def choice_telemetry(token_ids: list[int], think_end_id: Optional[int], event: Optional[dict]) -> dict:
+def choice_telemetry(token_ids: list[int], think_end_id: int | None, event: dict | None) -> dict:
     """One choice's fields. think_tokens: generated tokens before the first `</think>` (all of them
     when it never came); with an exit, the tokens up to and including the split token."""
     ids = list(token_ids or [])
@@ -96,8 +96,11 @@ def usage_block(enabled: bool, choices: list[dict]) -> dict:
         "exited": any(c["exited"] for c in choices),
         "exit_index": choices[0]["exit_index"] if len(choices) == 1 else None,
         "exit_reason": choices[0]["exit_reason"] if len(choices) == 1 else None,
-        "saved_tokens_estimate": (sum(c["saved_tokens_estimate"] or 0 for c in choices)
-                                  if any(c["saved_tokens_estimate"] is not None for c in choices) else None),
+        "saved_tokens_estimate": (
+            sum(c["saved_tokens_estimate"] or 0 for c in choices)
+            if any(c["saved_tokens_estimate"] is not None for c in choices)
+            else None
+        ),
         "signals": choices[0]["signals"] if len(choices) == 1 else None,
     }
     if len(choices) > 1:

@@ -32,8 +32,8 @@ def cmd_toy_build(args: argparse.Namespace) -> int:
 
 
 def cmd_toy_eval(args: argparse.Namespace) -> int:
-    from specexit_core.toy.teacher_eval import evaluate
     from specexit_core.toy.paths import TEACHER_DIR
+    from specexit_core.toy.teacher_eval import evaluate
 
     res = evaluate(args.model or TEACHER_DIR, n=args.n, seed=args.seed, split=args.split)
     if args.json:
@@ -51,8 +51,8 @@ def cmd_toy_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_toy_train_draft(args: argparse.Namespace) -> int:
-    from specexit_core.toy.paths import DRAFT_DIR, TEACHER_DIR
     from specexit_core.toy.draft_build import DraftTrainConfig, train_toy_draft
+    from specexit_core.toy.paths import DRAFT_DIR, TEACHER_DIR
 
     d = json.loads(Path(args.config).read_text()) if args.config else {}
     if args.steps is not None:
@@ -113,8 +113,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-v", "--verbose", action="store_true")
     sub = p.add_subparsers(dest="cmd", required=True)
 
-    dm = sub.add_parser("demo", help="the whole loop on the toy: traces -> labels -> draft -> calibration -> "
-                                     "Ray Serve endpoint -> evaluation of every method -> report")
+    dm = sub.add_parser(
+        "demo",
+        help="the whole loop on the toy: traces -> labels -> draft -> calibration -> "
+        "Ray Serve endpoint -> evaluation of every method -> report",
+    )
     dm.add_argument("--config", help="DemoConfig YAML (default: examples/toy/demo.yaml)")
     dm.add_argument("--quick", action="store_true", help="a smoke run of every stage (the config's `quick` block)")
     dm.add_argument("--json", action="store_true", help="end with one JSON line: the per-method summary")
@@ -123,7 +126,9 @@ def build_parser() -> argparse.ArgumentParser:
     dm.add_argument("--fresh", action="store_true", help="delete the work folder first instead of resuming")
     dm.set_defaults(func=cmd_demo)
 
-    toy = sub.add_parser("toy", help="the built-in tiny reasoning teacher").add_subparsers(dest="toy_cmd", required=True)
+    toy = sub.add_parser("toy", help="the built-in tiny reasoning teacher").add_subparsers(
+        dest="toy_cmd", required=True
+    )
     b = toy.add_parser("build", help="train the toy teacher from scratch (fixed seed, ~14 min on 2 cores)")
     b.add_argument("--out", help="output folder (default: the shipped teacher folder)")
     b.add_argument("--config", help="BuildConfig JSON (default: the shipped recipe)")
@@ -159,12 +164,16 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(func=cmd_draft_convert)
 
     be = sub.add_parser("bench", help="benchmarks (methods side by side, one run)").add_subparsers(
-        dest="bench_cmd", required=True)
+        dest="bench_cmd", required=True
+    )
     bv = be.add_parser("vllm", help="EAGLE-3 only vs SpecExit inside vLLM on the toy test split")
     bv.add_argument("--n", type=int, default=50)
     bv.add_argument("--json", action="store_true")
-    bv.add_argument("--exit-config", help="calibrated exit JSON for the specexit method (e.g. examples/toy/calibrated.json); "
-                                          "default: the draft's defaults")
+    bv.add_argument(
+        "--exit-config",
+        help="calibrated exit JSON for the specexit method (e.g. examples/toy/calibrated.json); "
+        "default: the draft's defaults",
+    )
     bv.set_defaults(func=cmd_bench_vllm)
     bh = be.add_parser("hook", help="microseconds the SpecExit vLLM hook adds per engine step (synthetic runner state)")
     bh.add_argument("--sizes", type=int, nargs="+", default=[1, 16, 64, 256], help="running requests per step")

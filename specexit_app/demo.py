@@ -18,7 +18,7 @@ import shutil
 import time
 from pathlib import Path
 
-from pipelines.common.stage_cli import load_stage_config
+from pipelines.stages import load_stage_config
 from specexit_app.demo_config import DemoConfig
 from specexit_core.typed_config import load_config, read_yaml
 
@@ -45,8 +45,15 @@ class Stages:
     def labels(self) -> dict:
         from pipelines.labels.job import run
 
-        return run(load_stage_config("labels", None, raw=read_yaml(self.cfg.labels), input=str(self.wd / "traces"),
-                                     output=str(self.wd / "labels")))
+        return run(
+            load_stage_config(
+                "labels",
+                None,
+                raw=read_yaml(self.cfg.labels),
+                input=str(self.wd / "traces"),
+                output=str(self.wd / "labels"),
+            )
+        )
 
     def train_draft(self) -> dict:
         from pipelines.train_draft.job import run
@@ -71,17 +78,30 @@ class Stages:
         ev = raw.setdefault("eval", {})
         ev.update(draft=self.draft, output=str(self.wd / "calibrate" / "dev"))
         ev["input"] = {**ev.get("input", {}), "n": self.cfg.calibrate_problems}
-        out = run_calibration(load_config(CalibrateConfig, raw=raw, what="calibrate",
-                                             overrides={"output": str(self.wd / "calibrated.json")}))
+        out = run_calibration(
+            load_config(
+                CalibrateConfig, raw=raw, what="calibrate", overrides={"output": str(self.wd / "calibrated.json")}
+            )
+        )
         c = out["calibration"]
-        return {"exit": out["exit"], "eagle3": c["eagle3"], "oracle": c["oracle"], "chosen_replay": c["chosen_replay"],
-                "confirmed": c.get("confirmed")}
+        return {
+            "exit": out["exit"],
+            "eagle3": c["eagle3"],
+            "oracle": c["oracle"],
+            "chosen_replay": c["chosen_replay"],
+            "confirmed": c.get("confirmed"),
+        }
 
     def serve(self) -> dict:
         from specexit_app.demo_serve import serve_and_query
 
-        return serve_and_query(self.cfg.serve, draft=self.draft, port=self.cfg.serve_port,
-                               n=self.cfg.serve_requests, out=self.wd / "serve.json")
+        return serve_and_query(
+            self.cfg.serve,
+            draft=self.draft,
+            port=self.cfg.serve_port,
+            n=self.cfg.serve_requests,
+            out=self.wd / "serve.json",
+        )
 
     def evaluate(self) -> dict:
         from pipelines.evaluate.config import EvalConfig
@@ -90,11 +110,17 @@ class Stages:
 
         raw = read_yaml(self.cfg.evaluate)
         # the draft's exit_defaults are the calibrated setting (stage 4), so `specexit` = calibrated
-        raw.update(draft=self.draft, temperatures=self.cfg.temperatures, calibrated=None, specexit_exit=None,
-                   methods=list(SUMMARY_METHODS))
+        raw.update(
+            draft=self.draft,
+            temperatures=self.cfg.temperatures,
+            calibrated=None,
+            specexit_exit=None,
+            methods=list(SUMMARY_METHODS),
+        )
         raw["input"] = {**raw.get("input", {}), "n": self.cfg.eval_problems}
-        summary = run_evaluation(load_config(EvalConfig, raw=raw, what="evaluate",
-                                             overrides={"output": str(self.wd / "eval")}))
+        summary = run_evaluation(
+            load_config(EvalConfig, raw=raw, what="evaluate", overrides={"output": str(self.wd / "eval")})
+        )
         summary["report"] = str(write_report(self.wd / "eval", self.wd / "report"))
         return summary
 
@@ -127,11 +153,16 @@ def run_demo(cfg: DemoConfig, *, fresh: bool = False) -> dict:
         elif not res.get("complete", True):
             raise RuntimeError(f"demo: stage {name} did not complete: {json.dumps(res)[:2000]}")
     summary = {
-        "methods": {m: {k: evaluation["methods"].get(m, {}).get(k) for k in SUMMARY_FIELDS}
-                    for m in SUMMARY_METHODS if m in evaluation["methods"]},
+        "methods": {
+            m: {k: evaluation["methods"].get(m, {}).get(k) for k in SUMMARY_FIELDS}
+            for m in SUMMARY_METHODS
+            if m in evaluation["methods"]
+        },
         "temperature": evaluation["temperature"],
-        "by_temperature": {t: {m: {k: v.get(k) for k in SUMMARY_FIELDS} for m, v in d["methods"].items()}
-                           for t, d in evaluation["by_temperature"].items()},
+        "by_temperature": {
+            t: {m: {k: v.get(k) for k in SUMMARY_FIELDS} for m, v in d["methods"].items()}
+            for t, d in evaluation["by_temperature"].items()
+        },
         "targets": evaluation["targets"],
         "report": evaluation["report"],
         "stages": done,
@@ -143,10 +174,14 @@ def run_demo(cfg: DemoConfig, *, fresh: bool = False) -> dict:
 
 
 def _brief(name: str, res: dict) -> dict:
-    keep = {"traces": ("input_rows", "ok", "errors", "rows_per_s"), "labels": ("input_rows", "ok", "errors"),
-            "train_draft": ("step", "loss", "resumed_from_steps"), "calibrate": ("exit",),
-            "serve": ("requests", "reasoning_separated", "think_tokens_off", "think_tokens_on", "exits"),
-            "evaluate": ("n", "ok", "errors", "complete")}[name]
+    keep = {
+        "traces": ("input_rows", "ok", "errors", "rows_per_s"),
+        "labels": ("input_rows", "ok", "errors"),
+        "train_draft": ("step", "loss", "resumed_from_steps"),
+        "calibrate": ("exit",),
+        "serve": ("requests", "reasoning_separated", "think_tokens_off", "think_tokens_on", "exits"),
+        "evaluate": ("n", "ok", "errors", "complete"),
+    }[name]
     return {k: res.get(k) for k in keep}
 
 
@@ -158,8 +193,10 @@ def print_table(summary: dict) -> None:
         print(f"{'method':10s} {'accuracy':>9s} {'think':>7s} {'latency ms':>11s} {'probes':>7s}")
         for m, v in methods.items():
             acc, think, lat, probes = (v.get(k) for k in SUMMARY_FIELDS)
-            print(f"{m:10s} {_f(acc, 3):>9s} {_f(think, 1):>7s} {_f(None if lat is None else 1000 * lat, 1):>11s} "
-                  f"{_f(probes, 1):>7s}")
+            print(
+                f"{m:10s} {_f(acc, 3):>9s} {_f(think, 1):>7s} {_f(None if lat is None else 1000 * lat, 1):>11s} "
+                f"{_f(probes, 1):>7s}"
+            )
 
 
 def _f(x, nd: int) -> str:

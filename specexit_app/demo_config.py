@@ -51,8 +51,9 @@ class DemoConfig(StrictModel):
         return self
 
 
-def load_demo_config(path: str | Path | None = None, *, quick: bool = False, workdir: str | None = None,
-                     port: int | None = None) -> DemoConfig:
+def load_demo_config(
+    path: str | Path | None = None, *, quick: bool = False, workdir: str | None = None, port: int | None = None
+) -> DemoConfig:
     """The demo recipe; `quick`: its `quick` block replaces the fields it sets; then the
     command line's `--workdir` / `--port`. Raises ConfigError."""
     path = Path(path or DEFAULT_CONFIG)

@@ -51,18 +51,34 @@ def serve_and_query(serve_yaml: str, *, draft: str, port: int, n: int, out: Path
             for on in (False, True):
                 t = time.time()
                 r = client.chat.completions.create(
-                    model=model, messages=[{"role": "user", "content": p.prompt}], max_tokens=400, temperature=0,
-                    extra_body={"vllm_xargs": {"specexit_enabled": int(on)}})
+                    model=model,
+                    messages=[{"role": "user", "content": p.prompt}],
+                    max_tokens=400,
+                    temperature=0,
+                    extra_body={"vllm_xargs": {"specexit_enabled": int(on)}},
+                )
                 msg = r.choices[0].message
                 reasoning = getattr(msg, "reasoning_content", None) or getattr(msg, "reasoning", None)
                 usage = r.usage.model_dump() if r.usage else {}
-                rows.append({"problem": p.prompt, "gold": p.answer, "specexit": on, "answer": msg.content,
-                             "reasoning": reasoning, "correct": grade(msg.content or "", p.answer),
-                             "usage_specexit": usage.get("specexit"), "latency_s": round(time.time() - t, 3)})
+                rows.append(
+                    {
+                        "problem": p.prompt,
+                        "gold": p.answer,
+                        "specexit": on,
+                        "answer": msg.content,
+                        "reasoning": reasoning,
+                        "correct": grade(msg.content or "", p.answer),
+                        "usage_specexit": usage.get("specexit"),
+                        "latency_s": round(time.time() - t, 3),
+                    }
+                )
         example = next((r for r in rows if r["specexit"] and (r["usage_specexit"] or {}).get("exited")), rows[-1])
-        log.info("[demo] through the endpoint, SpecExit on:\n  reasoning: %s\n  answer: %s\n  usage.specexit: %s",
-                 (example["reasoning"] or "")[:400].replace("\n\n", " | "), example["answer"],
-                 json.dumps(example["usage_specexit"]))
+        log.info(
+            "[demo] through the endpoint, SpecExit on:\n  reasoning: %s\n  answer: %s\n  usage.specexit: %s",
+            (example["reasoning"] or "")[:400].replace("\n\n", " | "),
+            example["answer"],
+            json.dumps(example["usage_specexit"]),
+        )
     finally:
         serve.delete("specexit")
         serve.shutdown()
@@ -70,11 +86,15 @@ def serve_and_query(serve_yaml: str, *, draft: str, port: int, n: int, out: Path
     think = lambda on: [(r["usage_specexit"] or {}).get("think_tokens") for r in rows if r["specexit"] == on]  # noqa: E731
     mean = lambda xs: None if not xs or None in xs else sum(xs) / len(xs)  # noqa: E731
     res = {
-        "endpoint": f"http://{host}:{port}/v1", "model": model, "ready_s": round(ready_s, 1), "requests": len(rows),
+        "endpoint": f"http://{host}:{port}/v1",
+        "model": model,
+        "ready_s": round(ready_s, 1),
+        "requests": len(rows),
         "reasoning_separated": all(r["reasoning"] and "</think>" not in (r["answer"] or "") for r in rows),
         "accuracy_off": sum(r["correct"] for r in rows if not r["specexit"]) / n,
         "accuracy_on": sum(r["correct"] for r in rows if r["specexit"]) / n,
-        "think_tokens_off": mean(think(False)), "think_tokens_on": mean(think(True)),
+        "think_tokens_off": mean(think(False)),
+        "think_tokens_on": mean(think(True)),
         "exits": sum(bool((r["usage_specexit"] or {}).get("exited")) for r in rows if r["specexit"]),
         "complete": True,
     }
@@ -84,8 +104,9 @@ def serve_and_query(serve_yaml: str, *, draft: str, port: int, n: int, out: Path
 
 def _plain_logs() -> None:
     """Serve reconfigures the driver's root logger to JSON lines; the demo's progress log stays text."""
-    logging.basicConfig(force=True, level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        datefmt="%H:%M:%S")
+    logging.basicConfig(
+        force=True, level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S"
+    )
 
 
 def _wait_ready(client, model: str, timeout_s: float = 600) -> None:

@@ -14,8 +14,9 @@ token-id lists so it stays independent of the tokenizer and of the inference eng
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Literal, Protocol, Sequence
+from typing import Literal, Protocol
 
 import numpy as np
 
@@ -38,19 +39,27 @@ class TraceLabels:
     def to_dict(self) -> dict:
         # Plain Python lists/ints so the row goes straight into Parquet or JSON.
         d = {k: getattr(self, k).tolist() for k in _ARRAYS}
-        d.update(boundaries=[int(b) for b in self.boundaries], think_start=int(self.think_start),
-                 think_end=int(self.think_end))
+        d.update(
+            boundaries=[int(b) for b in self.boundaries],
+            think_start=int(self.think_start),
+            think_end=int(self.think_end),
+        )
         return d
 
     @classmethod
-    def from_dict(cls, d: dict) -> "TraceLabels":
+    def from_dict(cls, d: dict) -> TraceLabels:
         arrays = {k: np.asarray(d[k], dtype=bool if k == "mask" else np.float32) for k in _ARRAYS}
-        return cls(**arrays, boundaries=[int(b) for b in d["boundaries"]], think_start=int(d["think_start"]),
-                   think_end=int(d["think_end"]))
+        return cls(
+            **arrays,
+            boundaries=[int(b) for b in d["boundaries"]],
+            think_start=int(d["think_start"]),
+            think_end=int(d["think_end"]),
+        )
 
 
-def find_think_span(completion: Sequence[int], *, think_start_id: int, think_end_id: int,
-                    prompt_opened_think: bool = True) -> tuple[int, int] | None:
+def find_think_span(
+    completion: Sequence[int], *, think_start_id: int, think_end_id: int, prompt_opened_think: bool = True
+) -> tuple[int, int] | None:
     """Return ``(think_start, think_end)`` or None if the trace has no closed think segment.
 
     ``think_end`` is the index of the ``</think>`` token itself, so the think tokens are
@@ -108,8 +117,16 @@ def _check_outcomes(outcomes: Sequence[float], what: str = "outcome") -> list[fl
     return out
 
 
-def confidence_from_probes(n: int, boundaries: Sequence[int], outcomes: Sequence[float], think_start: int,
-                           think_end: int, *, initial: float = 0.0, shift: Shift = "next_step") -> np.ndarray:
+def confidence_from_probes(
+    n: int,
+    boundaries: Sequence[int],
+    outcomes: Sequence[float],
+    think_start: int,
+    think_end: int,
+    *,
+    initial: float = 0.0,
+    shift: Shift = "next_step",
+) -> np.ndarray:
     """Spread per-boundary probe outcomes over the think tokens as a float32 [n] array.
 
     "next_step": the probe at b_k (which saw the prefix through b_k) labels the step that
@@ -148,16 +165,26 @@ def confidence_from_probes(n: int, boundaries: Sequence[int], outcomes: Sequence
     return conf
 
 
-def probe_prompts(prompt: Sequence[int], completion: Sequence[int], boundaries: Sequence[int],
-                  close_ids: Sequence[int]) -> list[list[int]]:
+def probe_prompts(
+    prompt: Sequence[int], completion: Sequence[int], boundaries: Sequence[int], close_ids: Sequence[int]
+) -> list[list[int]]:
     """One forced-answer prompt per boundary: prompt + completion through b + close_ids."""
     prompt, completion, close_ids = list(prompt), list(completion), list(close_ids)
     return [prompt + completion[: b + 1] + close_ids for b in boundaries]
 
 
-def label_trace(prompt: Sequence[int], completion: Sequence[int], outcomes: Sequence[float], *,
-                split_ids: Iterable[int], think_start_id: int, think_end_id: int, prompt_opened_think: bool = True,
-                initial: float = 0.0, shift: Shift = "next_step") -> TraceLabels:
+def label_trace(
+    prompt: Sequence[int],
+    completion: Sequence[int],
+    outcomes: Sequence[float],
+    *,
+    split_ids: Iterable[int],
+    think_start_id: int,
+    think_end_id: int,
+    prompt_opened_think: bool = True,
+    initial: float = 0.0,
+    shift: Shift = "next_step",
+) -> TraceLabels:
     """All labels of one trace, given the probe outcomes at its step boundaries.
 
     ``prompt`` is unused for the labels themselves (they cover only the completion) but kept
@@ -172,14 +199,22 @@ def label_trace(prompt: Sequence[int], completion: Sequence[int], outcomes: Sequ
     n = len(completion)
     conf = confidence_from_probes(n, bounds, outcomes, start, end, initial=initial, shift=shift)
     progress, remaining, mask = progress_remaining(n, start, end)
-    return TraceLabels(confidence=conf, progress=progress, remaining=remaining,
-                       log_remaining=np.log1p(remaining).astype(np.float32), mask=mask,
-                       boundaries=bounds, think_start=start, think_end=end)
+    return TraceLabels(
+        confidence=conf,
+        progress=progress,
+        remaining=remaining,
+        log_remaining=np.log1p(remaining).astype(np.float32),
+        mask=mask,
+        boundaries=bounds,
+        think_start=start,
+        think_end=end,
+    )
 
 
 def _require_span(completion, think_start_id, think_end_id, prompt_opened_think) -> tuple[int, int]:
-    span = find_think_span(completion, think_start_id=think_start_id, think_end_id=think_end_id,
-                           prompt_opened_think=prompt_opened_think)
+    span = find_think_span(
+        completion, think_start_id=think_start_id, think_end_id=think_end_id, prompt_opened_think=prompt_opened_think
+    )
     if span is None:
         raise ValueError(
             "unfinished trace: no closed think segment (missing </think>"
@@ -195,9 +230,16 @@ class ProbeEngine(Protocol):
         ...
 
 
-def probe_outcomes(engine: ProbeEngine, prompt: Sequence[int], completion: Sequence[int], boundaries: Sequence[int],
-                   *, close_ids: Sequence[int], grade: Callable[[list[int]], float],
-                   max_tokens: int = 16) -> list[float]:
+def probe_outcomes(
+    engine: ProbeEngine,
+    prompt: Sequence[int],
+    completion: Sequence[int],
+    boundaries: Sequence[int],
+    *,
+    close_ids: Sequence[int],
+    grade: Callable[[list[int]], float],
+    max_tokens: int = 16,
+) -> list[float]:
     """Probe every boundary of one trace and grade the forced answers.
 
     All probes go in ONE generate call: they share the prompt + trace prefix, so an engine
@@ -212,11 +254,21 @@ def probe_outcomes(engine: ProbeEngine, prompt: Sequence[int], completion: Seque
     return _check_outcomes([grade(list(a)) for a in answers], "graded outcome")
 
 
-def label_with_engine(engine: ProbeEngine, prompt: Sequence[int], completion: Sequence[int], *,
-                      grade: Callable[[list[int]], float], split_ids: Iterable[int], think_start_id: int,
-                      think_end_id: int, close_ids: Sequence[int], max_tokens: int = 16,
-                      prompt_opened_think: bool = True, initial: float = 0.0,
-                      shift: Shift = "next_step") -> TraceLabels:
+def label_with_engine(
+    engine: ProbeEngine,
+    prompt: Sequence[int],
+    completion: Sequence[int],
+    *,
+    grade: Callable[[list[int]], float],
+    split_ids: Iterable[int],
+    think_start_id: int,
+    think_end_id: int,
+    close_ids: Sequence[int],
+    max_tokens: int = 16,
+    prompt_opened_think: bool = True,
+    initial: float = 0.0,
+    shift: Shift = "next_step",
+) -> TraceLabels:
     """boundaries -> probe_outcomes -> label_trace for one complete trace."""
     if shift not in _SHIFTS:  # fail before spending engine time
         raise ValueError(f"unknown shift {shift!r}; expected one of {_SHIFTS}")
@@ -227,6 +279,13 @@ def label_with_engine(engine: ProbeEngine, prompt: Sequence[int], completion: Se
     bounds = step_boundaries(completion, split_ids, start, end)
     outs = probe_outcomes(engine, prompt, completion, bounds, close_ids=close_ids, grade=grade, max_tokens=max_tokens)
     return label_trace(
-        prompt, completion, outs, split_ids=split_ids, think_start_id=think_start_id, think_end_id=think_end_id,
-        prompt_opened_think=prompt_opened_think, initial=initial, shift=shift,
+        prompt,
+        completion,
+        outs,
+        split_ids=split_ids,
+        think_start_id=think_start_id,
+        think_end_id=think_end_id,
+        prompt_opened_think=prompt_opened_think,
+        initial=initial,
+        shift=shift,
     )

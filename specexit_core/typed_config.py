@@ -57,8 +57,14 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def load_config(model: type[M], path: str | Path | None = None, *, raw: Mapping[str, Any] | None = None,
-                overrides: Mapping[str, Any] | None = None, what: str | None = None) -> M:
+def load_config(
+    model: type[M],
+    path: str | Path | None = None,
+    *,
+    raw: Mapping[str, Any] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    what: str | None = None,
+) -> M:
     """Validate a YAML file (or a dict) as `model`; raises ConfigError naming every problem.
 
     `raw` is the data itself (when `path` is given too, it only names the source in messages).

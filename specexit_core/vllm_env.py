@@ -41,8 +41,11 @@ def cpu_engine_env(kv_cache_gib: int = 1, threads_bind: str | None = None) -> di
 
 def apply_cpu_defaults(kv_cache_gib: int = 1) -> None:
     """This process's CPU defaults, before it starts an engine. Idempotent; explicit user settings win."""
-    defaults = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-                **cpu_engine_env(kv_cache_gib, all_cores_bind())}
+    defaults = {
+        "HF_HUB_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        **cpu_engine_env(kv_cache_gib, all_cores_bind()),
+    }
     for k, v in defaults.items():
         os.environ.setdefault(k, v)
 

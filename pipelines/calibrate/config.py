@@ -16,8 +16,16 @@ class CalibrateConfig(StrictModel):
     output: str  # the calibrated JSON ({"exit": {...}, "calibration": {...}}) for SPECEXIT_EXIT_CONFIG
     eval: EvalConfig  # the dev split run (its `methods` / `temperatures` are set by the calibrator)
     tolerance: float = Field(0.01, ge=0)  # accuracy (fraction) allowed below eagle3
-    methods: list[str] = Field(default_factory=lambda: [
-        "confidence", "progress", "remain", "confidence_progress", "confidence_remain", "confidence_progress_remain"])
+    methods: list[str] = Field(
+        default_factory=lambda: [
+            "confidence",
+            "progress",
+            "remain",
+            "confidence_progress",
+            "confidence_remain",
+            "confidence_progress_remain",
+        ]
+    )
     confidence_thresholds: list[float] = Field(default_factory=lambda: [0.5, 0.6, 0.7, 0.8, 0.9, 0.95])
     progress_thresholds: list[float] = Field(default_factory=lambda: [0.2, 0.3, 0.4, 0.5, 0.6, 0.7])
     remaining_thresholds: list[float] = Field(default_factory=lambda: [10, 20, 40, 80, 200])

@@ -24,20 +24,23 @@ import statistics
 import time
 from pathlib import Path
 
+from pipelines.calibrate.config import CalibrateConfig
+from pipelines.common.parts import read_all
+from pipelines.common.runtime import stop_ray_quietly
+from pipelines.evaluate.rules import best_setting
 from specexit_core.exit import ExitConfig
 from specexit_core.exit.replay import exit_checks, first_exit
-
-from pipelines.calibrate.config import CalibrateConfig
-from pipelines.evaluate.rules import best_setting
-from pipelines.common.parts import read_all
 
 log = logging.getLogger("specexit.pipelines.calibrate")
 
 
 def grid(cfg: CalibrateConfig) -> list[ExitConfig]:
     """Every distinct setting: thresholds only vary for the signals the method string uses."""
-    values = {"confidence_threshold": cfg.confidence_thresholds, "progress_threshold": cfg.progress_thresholds,
-              "remaining_threshold": cfg.remaining_thresholds}
+    values = {
+        "confidence_threshold": cfg.confidence_thresholds,
+        "progress_threshold": cfg.progress_thresholds,
+        "remaining_threshold": cfg.remaining_thresholds,
+    }
     out, seen = [], set()
     for m in cfg.methods:
         axes = {f"{s}_threshold": values[f"{s}_threshold"] for s in ExitConfig(method=m).signals_used}
@@ -51,9 +54,23 @@ def grid(cfg: CalibrateConfig) -> list[ExitConfig]:
 
 def load_traces(eval_dir: str) -> list[dict]:
     """Greedy eagle3 rows (trace + signals) joined with their oracle rows (break probes)."""
-    rows = read_all(eval_dir, ["problem_id", "status", "method", "temperature", "correct", "think_tokens",
-                               "completion_token_ids", "signal_confidence", "signal_progress", "signal_remaining",
-                               "boundaries", "probe_correct"]).to_pylist()
+    rows = read_all(
+        eval_dir,
+        [
+            "problem_id",
+            "status",
+            "method",
+            "temperature",
+            "correct",
+            "think_tokens",
+            "completion_token_ids",
+            "signal_confidence",
+            "signal_progress",
+            "signal_remaining",
+            "boundaries",
+            "probe_correct",
+        ],
+    ).to_pylist()
     by: dict = {}
     for r in rows:
         if r["status"] == "ok" and float(r["temperature"]) == 0.0 and r["method"] in ("eagle3", "oracle"):
@@ -63,17 +80,25 @@ def load_traces(eval_dir: str) -> list[dict]:
         e, o = d.get("eagle3"), d.get("oracle")
         if e is None or o is None or e["signal_confidence"] is None:
             continue
-        out.append({"id": pid, "completion": e["completion_token_ids"], "correct": bool(e["correct"]),
-                    "think_tokens": e["think_tokens"], "oracle_think": o["think_tokens"],
-                    "signals": list(zip(e["signal_confidence"], e["signal_progress"], e["signal_remaining"])),
-                    "probes": dict(zip(o["boundaries"] or [], o["probe_correct"] or []))})
+        out.append(
+            {
+                "id": pid,
+                "completion": e["completion_token_ids"],
+                "correct": bool(e["correct"]),
+                "think_tokens": e["think_tokens"],
+                "oracle_think": o["think_tokens"],
+                "signals": list(zip(e["signal_confidence"], e["signal_progress"], e["signal_remaining"])),
+                "probes": dict(zip(o["boundaries"] or [], o["probe_correct"] or [])),
+            }
+        )
     return out
 
 
 def replay(traces: list[dict], settings: list[ExitConfig], token_ids: dict) -> list[dict]:
     """Accuracy and mean think tokens of every setting, from the signals and probes alone."""
-    kw = dict(split_token_ids=token_ids["split"], think_start_id=token_ids["think_start"],
-              think_end_id=token_ids["think_end"])
+    kw = dict(
+        split_token_ids=token_ids["split"], think_start_id=token_ids["think_start"], think_end_id=token_ids["think_end"]
+    )
     cache: dict = {}
     res = []
     for s in settings:
@@ -106,8 +131,9 @@ def run_calibration(cfg: CalibrateConfig) -> dict:
     from pipelines.evaluate.job import run_evaluation
 
     t0 = time.time()
-    ev = cfg.eval.model_copy(update={"methods": ["eagle3", "oracle", "specexit"], "temperatures": [0.0],
-                                     "signals": True, "calibrated": None})
+    ev = cfg.eval.model_copy(
+        update={"methods": ["eagle3", "oracle", "specexit"], "temperatures": [0.0], "signals": True, "calibrated": None}
+    )
     base = run_evaluation(ev)
     traces = load_traces(ev.output)
     if not traces:
@@ -121,33 +147,53 @@ def run_calibration(cfg: CalibrateConfig) -> dict:
     e_acc = statistics.mean(t["correct"] for t in traces)
     e_think = statistics.mean(t["think_tokens"] for t in traces)
     best = best_setting(points, ref_accuracy=e_acc, tolerance=cfg.tolerance)
-    log.info("calibrate: %d settings x %d traces replayed in %.1fs; best %s", len(settings), len(traces), replay_s, best)
+    log.info(
+        "calibrate: %d settings x %d traces replayed in %.1fs; best %s", len(settings), len(traces), replay_s, best
+    )
     chosen = ExitConfig.from_dict(best["exit"]).to_dict()
     calib = {
         "how": "offline replay of ExitTracker over per-token draft signals computed once per greedy EAGLE-3 dev trace; "
-               "accuracy at an exit = the graded forced answer probed at that paragraph break",
-        "split": ev.input.split if ev.input.kind == "toy" else ev.input.path, "n_traces": len(traces),
-        "tolerance": cfg.tolerance, "grid_size": len(settings), "replay_seconds": round(replay_s, 2),
+        "accuracy at an exit = the graded forced answer probed at that paragraph break",
+        "split": ev.input.split if ev.input.kind == "toy" else ev.input.path,
+        "n_traces": len(traces),
+        "tolerance": cfg.tolerance,
+        "grid_size": len(settings),
+        "replay_seconds": round(replay_s, 2),
         "eagle3": {"accuracy": e_acc, "think_tokens": e_think},
         "oracle": {"think_tokens": statistics.mean(t["oracle_think"] for t in traces)},
         "default": {k: default_pt[k] for k in ("accuracy", "think_tokens")},
         "chosen_replay": {k: best[k] for k in ("accuracy", "think_tokens")},
         "within_tolerance": best["accuracy"] >= e_acc - cfg.tolerance - 1e-12,
-        "top": sorted((p for p in points if p["accuracy"] >= e_acc - cfg.tolerance - 1e-12),
-                      key=lambda p: (p["think_tokens"], -p["accuracy"]))[:10],
-        "engine_default": {k: base["methods"].get("specexit", {}).get(k) for k in ("accuracy", "think_tokens", "latency_s")},
+        "top": sorted(
+            (p for p in points if p["accuracy"] >= e_acc - cfg.tolerance - 1e-12),
+            key=lambda p: (p["think_tokens"], -p["accuracy"]),
+        )[:10],
+        "engine_default": {
+            k: base["methods"].get("specexit", {}).get(k) for k in ("accuracy", "think_tokens", "latency_s")
+        },
     }
     if cfg.confirm:
-        conf_ev = ev.model_copy(update={"methods": ["eagle3", "specexit"], "specexit_exit": chosen, "signals": False,
-                                        "output": ev.output.rstrip("/") + "-confirm"})
+        conf_ev = ev.model_copy(
+            update={
+                "methods": ["eagle3", "specexit"],
+                "specexit_exit": chosen,
+                "signals": False,
+                "output": ev.output.rstrip("/") + "-confirm",
+            }
+        )
         shutil.rmtree(conf_ev.output, ignore_errors=True)  # derived from this choice: never resume it
         res = run_evaluation(conf_ev)
         m = res["methods"]
-        calib["confirmed"] = {name: {k: m.get(name, {}).get(k) for k in ("accuracy", "think_tokens", "latency_s")}
-                              for name in ("eagle3", "specexit")}
+        calib["confirmed"] = {
+            name: {k: m.get(name, {}).get(k) for k in ("accuracy", "think_tokens", "latency_s")}
+            for name in ("eagle3", "specexit")
+        }
         s, e = m.get("specexit", {}), m.get("eagle3", {})
-        calib["confirmed"]["within_tolerance"] = (s.get("accuracy") is not None and e.get("accuracy") is not None
-                                                  and s["accuracy"] >= e["accuracy"] - cfg.tolerance - 1e-12)
+        calib["confirmed"]["within_tolerance"] = (
+            s.get("accuracy") is not None
+            and e.get("accuracy") is not None
+            and s["accuracy"] >= e["accuracy"] - cfg.tolerance - 1e-12
+        )
     calib["seconds"] = round(time.time() - t0, 1)
     out = {"exit": chosen, "calibration": calib}
     Path(cfg.output).parent.mkdir(parents=True, exist_ok=True)
@@ -159,35 +205,23 @@ def run_calibration(cfg: CalibrateConfig) -> dict:
     return out
 
 
-def _quiet_ray() -> None:
-    """Stop Ray (and so the stream of actor logs to this stdout) before printing results."""
-    import sys
-
-    try:
-        import ray
-
-        if ray.is_initialized():
-            ray.shutdown()
-    except Exception:
-        pass
-    sys.stdout.flush()
-
-
 def main(config: str, output: str | None = None, limit: int | None = None, as_json: bool = False) -> int:
     from specexit_core.typed_config import load_config
 
     cfg = load_config(CalibrateConfig, config, overrides={"output": output, "eval.limit": limit}, what="calibrate")
     out = run_calibration(cfg)
-    _quiet_ray()
+    stop_ray_quietly()
     if as_json:  # one line, the last one: engine actors' logs also reach this stdout
         print(json.dumps(out), flush=True)
     else:
         c = out["calibration"]
         print(f"chosen exit: {json.dumps(out['exit'])}")
-        print(f"replay on {c['n_traces']} dev traces: accuracy {c['chosen_replay']['accuracy']:.3f} "
-              f"(eagle3 {c['eagle3']['accuracy']:.3f}, tolerance {c['tolerance']}), think tokens "
-              f"{c['chosen_replay']['think_tokens']:.1f} (eagle3 {c['eagle3']['think_tokens']:.1f}, default "
-              f"{c['default']['think_tokens']:.1f}, oracle {c['oracle']['think_tokens']:.1f})")
+        print(
+            f"replay on {c['n_traces']} dev traces: accuracy {c['chosen_replay']['accuracy']:.3f} "
+            f"(eagle3 {c['eagle3']['accuracy']:.3f}, tolerance {c['tolerance']}), think tokens "
+            f"{c['chosen_replay']['think_tokens']:.1f} (eagle3 {c['eagle3']['think_tokens']:.1f}, default "
+            f"{c['default']['think_tokens']:.1f}, oracle {c['oracle']['think_tokens']:.1f})"
+        )
         if "confirmed" in c:
             print(f"confirmed with the engine: {json.dumps(c['confirmed'])}")
         print(f"wrote {cfg.output}  (use: SPECEXIT_EXIT_CONFIG={cfg.output})")

@@ -50,8 +50,11 @@ class EngineConfig(StrictModel):
 
     def engine_kwargs(self) -> dict[str, Any]:
         kw: dict[str, Any] = dict(
-            dtype=self.dtype, enforce_eager=self.enforce_eager, enable_prefix_caching=self.enable_prefix_caching,
-            tensor_parallel_size=self.tensor_parallel_size, seed=self.seed,
+            dtype=self.dtype,
+            enforce_eager=self.enforce_eager,
+            enable_prefix_caching=self.enable_prefix_caching,
+            tensor_parallel_size=self.tensor_parallel_size,
+            seed=self.seed,
         )
         for k in ("max_model_len", "max_num_seqs", "gpu_memory_utilization"):
             if getattr(self, k) is not None:

@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 import re
-from typing import Callable
+from collections.abc import Callable
 
 _NUM = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 _BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
@@ -57,7 +57,9 @@ def extract_choice(text: str) -> str | None:
 
 
 EXTRACTORS: dict[str, Callable[[str], str | None]] = {
-    "toy": extract_toy, "numeric": extract_numeric, "multiple_choice": extract_choice,
+    "toy": extract_toy,
+    "numeric": extract_numeric,
+    "multiple_choice": extract_choice,
 }
 
 

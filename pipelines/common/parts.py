@@ -93,5 +93,11 @@ def tally(folder: str | Path, expected_ids: list[str]) -> dict:
         err += s != "ok"
     missing = len(expected - set(seen))
     dup = sum(c - 1 for c in seen.values())
-    return {"input_rows": len(expected), "ok": ok, "errors": err, "missing": missing, "duplicates": dup,
-            "complete": missing == 0 and dup == 0 and ok + err == len(expected)}
+    return {
+        "input_rows": len(expected),
+        "ok": ok,
+        "errors": err,
+        "missing": missing,
+        "duplicates": dup,
+        "complete": missing == 0 and dup == 0 and ok + err == len(expected),
+    }

@@ -68,3 +68,17 @@ def stable_seed(base: int, row_id: str) -> int:
     import zlib
 
     return (base + zlib.crc32(row_id.encode())) % (2**31 - 1)
+
+
+def stop_ray_quietly() -> None:
+    """Stop Ray (and so the stream of actor logs to this stdout) before printing results."""
+    import sys
+
+    try:
+        import ray
+
+        if ray.is_initialized():
+            ray.shutdown()
+    except Exception:
+        pass
+    sys.stdout.flush()

@@ -18,37 +18,43 @@ COMMON = [
     pa.field("error", pa.string()),
 ]
 
-TRACES = pa.schema(COMMON + [
-    pa.field("prompt", pa.string()),  # the user message as read from the input
-    pa.field("gold", pa.string()),  # gold answer if the input has one
-    pa.field("prompt_token_ids", _ids),  # chat-templated prompt (the generation prompt may open <think>)
-    pa.field("completion_token_ids", _ids),  # generated ids, EOS stripped
-    pa.field("completion_text", pa.string()),
-    pa.field("reasoning", pa.string()),  # text of the think segment
-    pa.field("answer", pa.string()),  # text after </think> ("" if the think segment never closed)
-    pa.field("finished_think", pa.bool_()),  # </think> was generated
-    pa.field("finish_reason", pa.string()),  # "stop" (EOS) | "length"
-    pa.field("num_prompt_tokens", pa.int32()),
-    pa.field("num_completion_tokens", pa.int32()),
-])
+TRACES = pa.schema(
+    COMMON
+    + [
+        pa.field("prompt", pa.string()),  # the user message as read from the input
+        pa.field("gold", pa.string()),  # gold answer if the input has one
+        pa.field("prompt_token_ids", _ids),  # chat-templated prompt (the generation prompt may open <think>)
+        pa.field("completion_token_ids", _ids),  # generated ids, EOS stripped
+        pa.field("completion_text", pa.string()),
+        pa.field("reasoning", pa.string()),  # text of the think segment
+        pa.field("answer", pa.string()),  # text after </think> ("" if the think segment never closed)
+        pa.field("finished_think", pa.bool_()),  # </think> was generated
+        pa.field("finish_reason", pa.string()),  # "stop" (EOS) | "length"
+        pa.field("num_prompt_tokens", pa.int32()),
+        pa.field("num_completion_tokens", pa.int32()),
+    ]
+)
 
-LABELS = pa.schema(COMMON + [
-    pa.field("gold", pa.string()),
-    pa.field("reference", pa.string()),  # what probes were graded against: gold, else the trace's own answer
-    pa.field("prompt_token_ids", _ids),
-    pa.field("completion_token_ids", _ids),
-    # per completion token (same length as completion_token_ids); 0 / False outside <think>
-    pa.field("confidence", _f32),
-    pa.field("progress", _f32),
-    pa.field("remaining", _f32),
-    pa.field("log_remaining", _f32),
-    pa.field("mask", pa.list_(pa.bool_())),
-    pa.field("boundaries", _ids),  # completion indices of the step-split tokens probed
-    pa.field("probe_outcomes", _f32),  # one graded forced answer per boundary
-    pa.field("think_start", pa.int32()),
-    pa.field("think_end", pa.int32()),  # index of </think> in the completion
-    pa.field("final_correct", pa.bool_()),  # the trace's own answer matches the reference
-])
+LABELS = pa.schema(
+    COMMON
+    + [
+        pa.field("gold", pa.string()),
+        pa.field("reference", pa.string()),  # what probes were graded against: gold, else the trace's own answer
+        pa.field("prompt_token_ids", _ids),
+        pa.field("completion_token_ids", _ids),
+        # per completion token (same length as completion_token_ids); 0 / False outside <think>
+        pa.field("confidence", _f32),
+        pa.field("progress", _f32),
+        pa.field("remaining", _f32),
+        pa.field("log_remaining", _f32),
+        pa.field("mask", pa.list_(pa.bool_())),
+        pa.field("boundaries", _ids),  # completion indices of the step-split tokens probed
+        pa.field("probe_outcomes", _f32),  # one graded forced answer per boundary
+        pa.field("think_start", pa.int32()),
+        pa.field("think_end", pa.int32()),  # index of </think> in the completion
+        pa.field("final_correct", pa.bool_()),  # the trace's own answer matches the reference
+    ]
+)
 
 SCHEMAS = {"traces": TRACES, "labels": LABELS}
 

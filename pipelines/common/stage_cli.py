@@ -1,7 +1,6 @@
-"""Shared command line of the three jobs: `--config FILE` plus `--input`, `--output`, `--limit`
-(`load_stage_config`).
+"""Shared command line of the three data jobs: `--config FILE` plus `--input`, `--output`, `--limit`.
 
-Each stage module calls `main(stage, run)`; `run(cfg)` returns the summary dict that is printed
+Each stage's `__main__` calls `main(stage, its config model, run)`; `run(cfg)` returns the summary dict that is printed
 as the last stdout line (`SPECEXIT_SUMMARY {...json...}`), so scripts and tests can parse it from
 `ray job logs`. Exit code: 0 when every input row is accounted for, 1 otherwise, 2 on a bad config.
 """
@@ -13,24 +12,31 @@ import json
 import logging
 import sys
 from collections.abc import Callable
+from typing import TypeVar
 
-from pipelines.labels.config import LabelsConfig
-from pipelines.traces.config import TracesConfig, input_overrides
-from pipelines.train_draft.config import TrainDraftConfig
+from pipelines.common.prompt_source import InputConfig, input_overrides
 from specexit_core.typed_config import ConfigError, StrictModel, load_config
 
 SUMMARY_PREFIX = "SPECEXIT_SUMMARY "
-STAGES: dict[str, type[StrictModel]] = {"traces": TracesConfig, "labels": LabelsConfig, "train_draft": TrainDraftConfig}
+M = TypeVar("M", bound=StrictModel)
 
 
-def load_stage_config(stage: str, path: str | None, *, input: str | None = None, output: str | None = None,
-                      limit: int | None = None, raw: dict | None = None):
-    """The stage's config from YAML (or `raw`) with the command-line overrides applied, validated,
-    paths resolved (`load_config`). `input` is the traces stage's prompt source (its reader is
-    inferred from the name) and the other stages' input folder. Raises ConfigError."""
-    inputs = input_overrides(input) if stage == "traces" else {"input": input}
-    return load_config(STAGES[stage], path, raw=raw, what=stage,
-                       overrides={"output": output, "limit": limit, **inputs})
+def load_stage(
+    model: type[M],
+    stage: str,
+    path: str | None,
+    *,
+    input: str | None = None,
+    output: str | None = None,
+    limit: int | None = None,
+    raw: dict | None = None,
+) -> M:
+    """A stage's config from YAML (or `raw`) with the command-line overrides applied, validated,
+    paths resolved (`load_config`). `input` is a prompt source where the stage reads prompts (its
+    reader is inferred from the name), else the stage's input folder. Raises ConfigError."""
+    reads_prompts = model.model_fields["input"].annotation in (InputConfig, "InputConfig")
+    inputs = input_overrides(input) if reads_prompts else {"input": input}
+    return load_config(model, path, raw=raw, what=stage, overrides={"output": output, "limit": limit, **inputs})
 
 
 def parse_args(stage: str, argv: list[str] | None = None) -> argparse.Namespace:
@@ -44,8 +50,12 @@ def parse_args(stage: str, argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def setup_logging(verbose: bool = False) -> None:
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+    )
 
 
 def print_summary(summary: dict) -> None:
@@ -58,18 +68,18 @@ def parse_summary(text: str) -> dict | None:
     for line in text.splitlines():
         i = line.find(SUMMARY_PREFIX)
         if i >= 0:
-            found = json.loads(line[i + len(SUMMARY_PREFIX):])
+            found = json.loads(line[i + len(SUMMARY_PREFIX) :])
     return found
 
 
-def main(stage: str, run: Callable[[object], dict], argv: list[str] | None = None) -> int:
+def main(stage: str, model: type[M], run: Callable[[M], dict], argv: list[str] | None = None) -> int:
     args = parse_args(stage, argv)
     setup_logging(args.verbose)
     if args.limit is not None and args.limit < 1:
         print(f"--limit must be >= 1, got {args.limit}", file=sys.stderr)
         return 2
     try:
-        cfg = load_stage_config(stage, args.config, input=args.input, output=args.output, limit=args.limit)
+        cfg = load_stage(model, stage, args.config, input=args.input, output=args.output, limit=args.limit)
     except (ConfigError, OSError) as e:
         print(str(e), file=sys.stderr)
         return 2

@@ -17,11 +17,16 @@ class TokenIds:
     pad: int
 
     def to_dict(self) -> dict:
-        return {"think_start": self.think_start, "think_end": self.think_end, "split": list(self.split),
-                "eos": list(self.eos), "pad": self.pad}
+        return {
+            "think_start": self.think_start,
+            "think_end": self.think_end,
+            "split": list(self.split),
+            "eos": list(self.eos),
+            "pad": self.pad,
+        }
 
     @classmethod
-    def from_dict(cls, d: dict) -> "TokenIds":
+    def from_dict(cls, d: dict) -> TokenIds:
         return cls(d["think_start"], d["think_end"], tuple(d["split"]), tuple(d["eos"]), d["pad"])
 
 
@@ -47,12 +52,18 @@ def eos_ids(tok, model_dir: str | None = None) -> tuple[int, ...]:
     return tuple(sorted(ids))
 
 
-def token_ids(tok, *, think_start: str, think_end: str, split_tokens: list[str] | None = None,
-              model_dir: str | None = None) -> TokenIds:
+def token_ids(
+    tok, *, think_start: str, think_end: str, split_tokens: list[str] | None = None, model_dir: str | None = None
+) -> TokenIds:
     eos = eos_ids(tok, model_dir)
     pad = tok.pad_token_id if tok.pad_token_id is not None else (eos[0] if eos else 0)
-    return TokenIds(think_start=_single(tok, think_start, "think_start"), think_end=_single(tok, think_end, "think_end"),
-                    split=split_token_ids(tok, split_tokens), eos=eos, pad=int(pad))
+    return TokenIds(
+        think_start=_single(tok, think_start, "think_start"),
+        think_end=_single(tok, think_end, "think_end"),
+        split=split_token_ids(tok, split_tokens),
+        eos=eos,
+        pad=int(pad),
+    )
 
 
 def load_tokenizer(model: str):
@@ -63,6 +74,7 @@ def load_tokenizer(model: str):
 
 def think_opened(prompt_ids: list[int], think_start: int, think_end: int) -> bool:
     """Did the chat template open the think segment (Qwen3-Thinking, R1-distill templates do)?"""
+
     def last(x: int) -> int:
         return len(prompt_ids) - 1 - prompt_ids[::-1].index(x) if x in prompt_ids else -1
 

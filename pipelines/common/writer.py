@@ -36,8 +36,14 @@ def write_batch(batch: pa.Table, *, folder: str, schema_name: str, kill: tuple[i
     name = write_part(folder, table, before_commit=None if kill is None else lambda: _maybe_die(folder, *kill))
     status = table.column("status").to_pylist()
     n_ok = status.count("ok")
-    return {"part": [name], "rows": [len(status)], "ok": [n_ok], "errors": [len(status) - n_ok],
-            "t0": [_edge(batch, "_t0", min)], "t1": [_edge(batch, "_t1", max)]}
+    return {
+        "part": [name],
+        "rows": [len(status)],
+        "ok": [n_ok],
+        "errors": [len(status) - n_ok],
+        "t0": [_edge(batch, "_t0", min)],
+        "t1": [_edge(batch, "_t1", max)],
+    }
 
 
 def _edge(batch: pa.Table, col: str, pick) -> float | None:
@@ -60,8 +66,13 @@ def write_parts(ds, *, folder: str, schema_name: str, chunk_rows: int, total: in
     window (t0, t1: wall clock of the first request and the last answer)."""
     kill_after = int(os.environ.get(KILL_AFTER_PARTS_ENV, "0") or 0)
     kill = (os.getpid(), len(part_files(folder)), kill_after) if kill_after else None
-    out = ds.map_batches(write_batch, fn_kwargs={"folder": folder, "schema_name": schema_name, "kill": kill},
-                         batch_size=chunk_rows, batch_format="pyarrow", num_cpus=0.25)
+    out = ds.map_batches(
+        write_batch,
+        fn_kwargs={"folder": folder, "schema_name": schema_name, "kill": kill},
+        batch_size=chunk_rows,
+        batch_format="pyarrow",
+        num_cpus=0.25,
+    )
     done = {"parts": 0, "rows": 0, "ok": 0, "errors": 0, "t0": None, "t1": None}
     start = time.time()
     for rec in out.iter_rows():
@@ -73,8 +84,16 @@ def write_parts(ds, *, folder: str, schema_name: str, chunk_rows: int, total: in
         if rec["t1"] is not None:
             done["t1"] = rec["t1"] if done["t1"] is None else max(done["t1"], rec["t1"])
         rate = done["rows"] / max(time.time() - start, 1e-9)
-        log.info("[%s] part %s: %d rows (%d/%d this run, %.2f rows/s, %d errors so far)", stage, rec["part"],
-                 rec["rows"], done["rows"], total, rate, done["errors"])
+        log.info(
+            "[%s] part %s: %d rows (%d/%d this run, %.2f rows/s, %d errors so far)",
+            stage,
+            rec["part"],
+            rec["rows"],
+            done["rows"],
+            total,
+            rate,
+            done["errors"],
+        )
     return done
 
 

@@ -9,12 +9,13 @@ with what the toy tokenizer can say (`</think>` + "The answer is").
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
 from pipelines.common.config import EngineConfig, RayConfig
-from pipelines.traces.config import InputConfig
+from pipelines.common.prompt_source import InputConfig
 from specexit_core.typed_config import StrictModel, resolve_model, resolve_path
 
 METHODS = ("plain", "eagle3", "specexit", "specexit_default", "budget", "deer", "dynasor", "nothink", "oracle")
@@ -104,6 +105,14 @@ class EvalConfig(StrictModel):
         if "oracle" in ms and "eagle3" not in ms:
             ms.insert(0, "eagle3")
         return [m for m in METHODS if m in ms]
+
+    def exit_overrides(self) -> dict[str, Any] | None:
+        """The `specexit` request controls: the calibrated file wins over `specexit_exit`; None = server defaults."""
+        if self.calibrated:
+            from specexit_core.exit import load_exit_overrides
+
+            return load_exit_overrides(Path(self.calibrated))
+        return dict(self.specexit_exit) if self.specexit_exit is not None else None
 
     def resolve_paths(self) -> EvalConfig:
         self.output = resolve_path(self.output)

@@ -17,19 +17,38 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from specexit_core.typed_config import ConfigError, load_config, read_yaml
-
+from pipelines.common.parts import clean_tmp, part_files, read_all
 from pipelines.evaluate.config import EvalConfig
 from pipelines.evaluate.rules import best_setting
-from pipelines.common.parts import clean_tmp, part_files, read_all
+from specexit_core.typed_config import ConfigError, load_config, read_yaml
 
 log = logging.getLogger("specexit.pipelines.evaluate")
 
 # Targets of issue #7 (on the toy teacher; ratios from one run).
-TARGETS = {"think_vs_oracle_max": 1.25, "think_reduction_vs_eagle3_min": 0.50, "speedup_vs_eagle3_min": 1.9,
-           "accuracy_drop_max_points": 1.0}
-_AGG_COLUMNS = ["id", "problem_id", "status", "error", "method", "setting", "temperature", "correct", "think_tokens",
-                "answer_tokens", "latency_s", "requests", "probe_requests", "num_drafts", "num_accepted", "info"]
+TARGETS = {
+    "think_vs_oracle_max": 1.25,
+    "think_reduction_vs_eagle3_min": 0.50,
+    "speedup_vs_eagle3_min": 1.9,
+    "accuracy_drop_max_points": 1.0,
+}
+_AGG_COLUMNS = [
+    "id",
+    "problem_id",
+    "status",
+    "error",
+    "method",
+    "setting",
+    "temperature",
+    "correct",
+    "think_tokens",
+    "answer_tokens",
+    "latency_s",
+    "requests",
+    "probe_requests",
+    "num_drafts",
+    "num_accepted",
+    "info",
+]
 
 
 def _aggregate(rows: list[dict]) -> dict:
@@ -40,10 +59,16 @@ def _aggregate(rows: list[dict]) -> dict:
     mean = lambda k: statistics.mean(float(r[k]) for r in ok)  # noqa: E731
     drafts = sum(r["num_drafts"] or 0 for r in ok)
     acc = sum(r["num_accepted"] or 0 for r in ok)
-    out.update(accuracy=mean("correct"), think_tokens=mean("think_tokens"), answer_tokens=mean("answer_tokens"),
-               latency_s=mean("latency_s"), latency_p50_s=statistics.median(float(r["latency_s"]) for r in ok),
-               acceptance_length=(1 + acc / drafts) if drafts else None, probe_requests=mean("probe_requests"),
-               requests=mean("requests"))
+    out.update(
+        accuracy=mean("correct"),
+        think_tokens=mean("think_tokens"),
+        answer_tokens=mean("answer_tokens"),
+        latency_s=mean("latency_s"),
+        latency_p50_s=statistics.median(float(r["latency_s"]) for r in ok),
+        acceptance_length=(1 + acc / drafts) if drafts else None,
+        probe_requests=mean("probe_requests"),
+        requests=mean("requests"),
+    )
     infos = [json.loads(r["info"] or "{}") for r in ok]
     if any("probe_latency_s" in i for i in infos):  # oracle: the probing is not part of the method's latency
         out["probe_latency_s"] = statistics.mean(i.get("probe_latency_s", 0.0) for i in infos)
@@ -72,8 +97,9 @@ def aggregate(rows: list[dict], *, tolerance: float) -> dict:
         pts = [p for p in d["sweeps"].get("budget", []) if p.get("n")]
         ref = d["methods"].get("eagle3", {}).get("accuracy")
         if pts:
-            best = best_setting(pts, ref_accuracy=ref if ref is not None else max(p["accuracy"] for p in pts),
-                                tolerance=tolerance)
+            best = best_setting(
+                pts, ref_accuracy=ref if ref is not None else max(p["accuracy"] for p in pts), tolerance=tolerance
+            )
             d["methods"]["budget"] = dict(best)
     return by_t
 
@@ -90,32 +116,51 @@ def target_checks(methods: dict) -> dict:
         return out
     if o and o.get("n") and o["think_tokens"] > 0:
         r = s["think_tokens"] / o["think_tokens"]
-        out["think_within_1.25x_oracle"] = _check(round(r, 3), f"<= {TARGETS['think_vs_oracle_max']}",
-                                                  r <= TARGETS["think_vs_oracle_max"],
-                                                  f"{r / TARGETS['think_vs_oracle_max']:.2f}x over ({r:.2f}x the oracle)")
+        out["think_within_1.25x_oracle"] = _check(
+            round(r, 3),
+            f"<= {TARGETS['think_vs_oracle_max']}",
+            r <= TARGETS["think_vs_oracle_max"],
+            f"{r / TARGETS['think_vs_oracle_max']:.2f}x over ({r:.2f}x the oracle)",
+        )
     if e and e.get("n"):
         red = 1 - s["think_tokens"] / e["think_tokens"] if e["think_tokens"] else 0.0
-        out["think_reduction_vs_eagle3"] = _check(round(red, 3), f">= {TARGETS['think_reduction_vs_eagle3_min']}",
-                                                  red >= TARGETS["think_reduction_vs_eagle3_min"],
-                                                  f"{100 * (TARGETS['think_reduction_vs_eagle3_min'] - red):.1f} points short")
+        out["think_reduction_vs_eagle3"] = _check(
+            round(red, 3),
+            f">= {TARGETS['think_reduction_vs_eagle3_min']}",
+            red >= TARGETS["think_reduction_vs_eagle3_min"],
+            f"{100 * (TARGETS['think_reduction_vs_eagle3_min'] - red):.1f} points short",
+        )
         sp = e["latency_s"] / s["latency_s"] if s["latency_s"] else 0.0
-        out["speedup_vs_eagle3"] = _check(round(sp, 3), f">= {TARGETS['speedup_vs_eagle3_min']}",
-                                          sp >= TARGETS["speedup_vs_eagle3_min"],
-                                          f"{TARGETS['speedup_vs_eagle3_min'] - sp:.2f}x short ({sp:.2f}x)")
+        out["speedup_vs_eagle3"] = _check(
+            round(sp, 3),
+            f">= {TARGETS['speedup_vs_eagle3_min']}",
+            sp >= TARGETS["speedup_vs_eagle3_min"],
+            f"{TARGETS['speedup_vs_eagle3_min'] - sp:.2f}x short ({sp:.2f}x)",
+        )
         drop = 100 * (e["accuracy"] - s["accuracy"])
-        out["accuracy_within_1_point_of_eagle3"] = _check(round(drop, 2), f"<= {TARGETS['accuracy_drop_max_points']}",
-                                                          drop <= TARGETS["accuracy_drop_max_points"] + 1e-9,
-                                                          f"{drop - TARGETS['accuracy_drop_max_points']:.1f} points more")
+        out["accuracy_within_1_point_of_eagle3"] = _check(
+            round(drop, 2),
+            f"<= {TARGETS['accuracy_drop_max_points']}",
+            drop <= TARGETS["accuracy_drop_max_points"] + 1e-9,
+            f"{drop - TARGETS['accuracy_drop_max_points']:.1f} points more",
+        )
     for peer in ("deer", "dynasor"):
         p = methods.get(peer)
         if p and p.get("n"):
             faster, acc_ok = s["latency_s"] < p["latency_s"], s["accuracy"] >= p["accuracy"] - 1e-9
             out[f"faster_than_{peer}_at_equal_or_better_accuracy"] = _check(
-                {"latency_ratio": round(p["latency_s"] / s["latency_s"], 3),
-                 "accuracy_delta_points": round(100 * (s["accuracy"] - p["accuracy"]), 2)},
-                "latency ratio > 1 and accuracy delta >= 0", faster and acc_ok,
-                ", ".join(x for x in ([] if faster else [f"{s['latency_s'] / p['latency_s']:.2f}x slower"])
-                          + ([] if acc_ok else [f"{100 * (p['accuracy'] - s['accuracy']):.1f} points less accurate"])))
+                {
+                    "latency_ratio": round(p["latency_s"] / s["latency_s"], 3),
+                    "accuracy_delta_points": round(100 * (s["accuracy"] - p["accuracy"]), 2),
+                },
+                "latency ratio > 1 and accuracy delta >= 0",
+                faster and acc_ok,
+                ", ".join(
+                    x
+                    for x in ([] if faster else [f"{s['latency_s'] / p['latency_s']:.2f}x slower"])
+                    + ([] if acc_ok else [f"{100 * (p['accuracy'] - s['accuracy']):.1f} points less accurate"])
+                ),
+            )
     return out
 
 
@@ -131,8 +176,21 @@ def tally_problems(rows: list[dict], expected: list[str]) -> dict:
     return {"input_rows": len(exp), "ok": ok, "errors": err, "missing": missing, "complete": missing == 0}
 
 
-_IDENTITY = ("engine", "draft", "num_speculative_tokens", "grader", "seed", "max_tokens", "deer", "dynasor", "oracle",
-             "chat_template_kwargs", "methods", "temperatures", "budget_sweep")
+_IDENTITY = (
+    "engine",
+    "draft",
+    "num_speculative_tokens",
+    "grader",
+    "seed",
+    "max_tokens",
+    "deer",
+    "dynasor",
+    "oracle",
+    "chat_template_kwargs",
+    "methods",
+    "temperatures",
+    "budget_sweep",
+)
 
 
 def check_run_identity(cfg: EvalConfig) -> None:
@@ -144,16 +202,18 @@ def check_run_identity(cfg: EvalConfig) -> None:
         old = json.loads(p.read_text())
         diff = sorted(k for k in ident if old.get(k) != ident.get(k))
         if diff:
-            raise ValueError(f"{cfg.output} holds an evaluation with other {', '.join(diff)}; "
-                             f"use a new output folder (or delete this one)")
+            raise ValueError(
+                f"{cfg.output} holds an evaluation with other {', '.join(diff)}; "
+                f"use a new output folder (or delete this one)"
+            )
     p.write_text(json.dumps(ident, indent=2) + "\n")
 
 
 def run_evaluation(cfg: EvalConfig) -> dict:
     """Run (or resume) the evaluation; returns the summary (also written to `<output>/summary.json`)."""
     t0 = time.time()
+    from pipelines.common.prompt_source import read_prompts
     from pipelines.common.runtime import engine_env, init_ray, use_gpu
-    from pipelines.traces.sources import read_prompts
 
     init_ray(cfg.ray)
     import ray
@@ -168,8 +228,15 @@ def run_evaluation(cfg: EvalConfig) -> dict:
     if part_files(cfg.output):
         done = set(read_all(cfg.output, ["problem_id"]).column("problem_id").to_pylist())
     todo = [p for p in problems if p["id"] not in done]
-    log.info("evaluate: %d problems, %d already in %s, %d to do; methods %s; temperatures %s", len(problems),
-             len(problems) - len(todo), cfg.output, len(todo), cfg.run_methods(), cfg.temperatures)
+    log.info(
+        "evaluate: %d problems, %d already in %s, %d to do; methods %s; temperatures %s",
+        len(problems),
+        len(problems) - len(todo),
+        cfg.output,
+        len(todo),
+        cfg.run_methods(),
+        cfg.temperatures,
+    )
     busy = None
     if todo:
         from pipelines.evaluate.worker import EvalWorker
@@ -177,13 +244,24 @@ def run_evaluation(cfg: EvalConfig) -> dict:
         env = engine_env(cfg.engine, gpu)
         res = {"num_gpus": cfg.engine.tensor_parallel_size} if gpu else {"num_cpus": 1}
         ds = ray.data.from_items(todo)
-        ds = ds.map_batches(EvalWorker, fn_constructor_kwargs={"cfg_json": cfg.model_dump_json(), "env": env},
-                            concurrency=cfg.concurrency, batch_size=cfg.batch_size, batch_format="pyarrow",
-                            runtime_env={"env_vars": env}, **res)
+        ds = ds.map_batches(
+            EvalWorker,
+            fn_constructor_kwargs={"cfg_json": cfg.model_dump_json(), "env": env},
+            concurrency=cfg.concurrency,
+            batch_size=cfg.batch_size,
+            batch_format="pyarrow",
+            runtime_env={"env_vars": env},
+            **res,
+        )
         tb = time.time()
         for rec in ds.iter_rows():
-            log.info("evaluate: part %s: %d problems, %d rows, %d errors", rec["part"], rec["problems"], rec["rows"],
-                     rec["errors"])
+            log.info(
+                "evaluate: part %s: %d problems, %d rows, %d errors",
+                rec["part"],
+                rec["problems"],
+                rec["rows"],
+                rec["errors"],
+            )
         busy = time.time() - tb
     rows = read_all(cfg.output, _AGG_COLUMNS).to_pylist()
     rows = [r for r in rows if r["problem_id"] in set(expected)]
@@ -206,9 +284,17 @@ def run_evaluation(cfg: EvalConfig) -> dict:
     return summary
 
 
-def toy_eval_config(*, draft: str, n: int, output: str, methods: list[str] | None = None,
-                    temperatures: list[float] | None = None, calibrated: str | None = None,
-                    teacher: str | None = None, **overrides) -> EvalConfig:
+def toy_eval_config(
+    *,
+    draft: str,
+    n: int,
+    output: str,
+    methods: list[str] | None = None,
+    temperatures: list[float] | None = None,
+    calibrated: str | None = None,
+    teacher: str | None = None,
+    **overrides,
+) -> EvalConfig:
     """The toy recipe (`examples/toy/evaluate.yaml`, shipped in the package's checkout) with the
     pieces a caller such as `specexit demo` sets: the draft it trained, n test problems, the output."""
     recipe = Path(__file__).resolve().parents[1] / "examples" / "toy" / "evaluate.yaml"
@@ -239,19 +325,16 @@ def _exit_used(cfg: EvalConfig) -> dict | None:
     from specexit_core.draft.checkpoint import read_config
     from specexit_core.exit import EXIT_CONFIG_ENV, resolve_exit_config
 
-    from pipelines.evaluate.worker import _specexit_overrides
-
     try:
         draft = read_config(cfg.draft)
-        return resolve_exit_config(draft.exit_defaults, os.environ.get(EXIT_CONFIG_ENV),
-                                   _specexit_overrides(cfg)).to_dict()
+        return resolve_exit_config(draft.exit_defaults, os.environ.get(EXIT_CONFIG_ENV), cfg.exit_overrides()).to_dict()
     except (OSError, ValueError):
         return None
 
 
 def main(argv: list[str] | None = None) -> int:
+    from pipelines.common.prompt_source import input_overrides
     from pipelines.common.stage_cli import print_summary, setup_logging
-    from pipelines.traces.config import input_overrides
 
     ap = argparse.ArgumentParser(prog="python -m pipelines.evaluate", description="SpecExit vs peer methods (Ray)")
     ap.add_argument("--config", required=True, help="YAML config file (unknown keys are errors)")
@@ -267,8 +350,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"--limit must be >= 1, got {args.limit}", file=sys.stderr)
         return 2
     try:
-        cfg = load_config(EvalConfig, args.config, what="evaluate", overrides={
-            "output": args.output, "limit": args.limit, "calibrated": args.calibrated, **input_overrides(args.input)})
+        cfg = load_config(
+            EvalConfig,
+            args.config,
+            what="evaluate",
+            overrides={
+                "output": args.output,
+                "limit": args.limit,
+                "calibrated": args.calibrated,
+                **input_overrides(args.input),
+            },
+        )
     except (ConfigError, OSError) as e:
         print(str(e), file=sys.stderr)
         return 2
@@ -277,9 +369,8 @@ def main(argv: list[str] | None = None) -> int:
         from pipelines.report.job import write_report
 
         summary["report"] = str(write_report(cfg.output))
-    from pipelines.calibrate.job import _quiet_ray
+    from pipelines.common.runtime import stop_ray_quietly
 
-    _quiet_ray()
+    stop_ray_quietly()
     print_summary({k: v for k, v in summary.items() if k not in ("by_temperature", "sweeps")})
     return 0 if summary.get("complete") else 1
-

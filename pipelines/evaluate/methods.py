@@ -18,13 +18,14 @@ Each returns a `Result`; latency is the wall clock of all its requests, probes i
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
+from pipelines.evaluate.rules import count_think_answer, deer_confidence, dynasor_should_exit, oracle_cut
 from specexit_core.exit import NEVER_FIRES
 from specexit_core.labels import probe_prompts, step_boundaries
 
-from pipelines.evaluate.rules import count_think_answer, deer_confidence, dynasor_should_exit, oracle_cut
 
 @dataclass
 class Out:
@@ -66,8 +67,16 @@ class Gen:
         except KeyError:
             return None
 
-    def params(self, *, max_tokens: int, temperature: float, seed: int | None, extra: Any = None,
-               stop_ids: list[int] | None = None, logprobs: bool = False):
+    def params(
+        self,
+        *,
+        max_tokens: int,
+        temperature: float,
+        seed: int | None,
+        extra: Any = None,
+        stop_ids: list[int] | None = None,
+        logprobs: bool = False,
+    ):
         kw: dict = dict(max_tokens=max(1, max_tokens), temperature=temperature)
         if temperature > 0 and seed is not None:
             kw["seed"] = seed
@@ -85,8 +94,14 @@ class Gen:
         res = []
         for o in outs:
             c = o.outputs[0]
-            lps = [next(iter(d.values())).logprob if len(d) == 1 else d[t].logprob
-                   for t, d in zip(c.token_ids, c.logprobs)] if c.logprobs else []
+            lps = (
+                [
+                    next(iter(d.values())).logprob if len(d) == 1 else d[t].logprob
+                    for t, d in zip(c.token_ids, c.logprobs)
+                ]
+                if c.logprobs
+                else []
+            )
             res.append(Out(list(c.token_ids), c.text, lps, c.finish_reason, c.stop_reason))
         return res
 
@@ -123,8 +138,9 @@ def timed(gen: Gen, fn: Callable[[], Result]) -> Result:
 
 
 def _counts(ids: Ids, comp: list[int], opened: bool) -> tuple[int, int]:
-    return count_think_answer(comp, think_end_id=ids.think_end, think_start_id=ids.think_start,
-                              prompt_opened_think=opened)
+    return count_think_answer(
+        comp, think_end_id=ids.think_end, think_start_id=ids.think_start, prompt_opened_think=opened
+    )
 
 
 def single(gen: Gen, ids: Ids, prompt: list[int], *, opened: bool, extra: Any, **kw) -> Result:
@@ -141,30 +157,56 @@ def _trim_eos(toks: list[int], lps: list[float], eos: tuple[int, ...]) -> tuple[
     return toks, lps
 
 
-def deer(gen: Gen, ids: Ids, prompt: list[int], cfg, *, max_tokens: int, temperature: float, seed: int | None,
-         grade_probe: Callable[[str], Any] | None = None) -> Result:
+def deer(
+    gen: Gen,
+    ids: Ids,
+    prompt: list[int],
+    cfg,
+    *,
+    max_tokens: int,
+    temperature: float,
+    seed: int | None,
+    grade_probe: Callable[[str], Any] | None = None,
+) -> Result:
     """DEER: stop at each transition word inside the think block, ask for a trial answer (greedy,
     `trial_max_tokens`), exit with `exit_text` if its confidence passes; else keep the word, go on."""
     comp: list[int] = []
     probes, confs, k = 0, [], 0
     while len(comp) < max_tokens:
-        o = gen.one(prompt + comp, max_tokens=max_tokens - len(comp), temperature=temperature,
-                    seed=None if seed is None else seed + k, extra=False, stop_ids=ids.deer_transitions)
+        o = gen.one(
+            prompt + comp,
+            max_tokens=max_tokens - len(comp),
+            temperature=temperature,
+            seed=None if seed is None else seed + k,
+            extra=False,
+            stop_ids=ids.deer_transitions,
+        )
         k += 1
         toks = o.token_ids
         stopped_at_word = o.stop_reason in ids.deer_transitions and toks and toks[-1] in ids.deer_transitions
         if ids.think_end in toks:  # thinking ended on its own: finish the answer without probing
             comp += toks
             if stopped_at_word and len(comp) < max_tokens:
-                comp += gen.one(prompt + comp, max_tokens=max_tokens - len(comp), temperature=temperature,
-                                seed=None if seed is None else seed + k, extra=False).token_ids
+                comp += gen.one(
+                    prompt + comp,
+                    max_tokens=max_tokens - len(comp),
+                    temperature=temperature,
+                    seed=None if seed is None else seed + k,
+                    extra=False,
+                ).token_ids
             break
         if not stopped_at_word:
             comp += toks
             break
         before = comp + toks[:-1]
-        t = gen.one(prompt + before + ids.deer_probe, max_tokens=cfg.trial_max_tokens, temperature=0.0, seed=None,
-                    extra=False, logprobs=True)
+        t = gen.one(
+            prompt + before + ids.deer_probe,
+            max_tokens=cfg.trial_max_tokens,
+            temperature=0.0,
+            seed=None,
+            extra=False,
+            logprobs=True,
+        )
         probes += 1
         trial, lps = _trim_eos(t.token_ids, t.logprobs, ids.eos)
         conf = deer_confidence(lps, skip_first=cfg.skip_first, mean=cfg.mean)
@@ -173,17 +215,37 @@ def deer(gen: Gen, ids: Ids, prompt: list[int], cfg, *, max_tokens: int, tempera
             comp = before + ids.deer_exit
             think = len(before)
             if len(comp) < max_tokens:
-                comp += gen.one(prompt + comp, max_tokens=max_tokens - len(comp), temperature=temperature,
-                                seed=None if seed is None else seed + k, extra=False).token_ids
-            return Result(comp, think, len(comp) - think - 1,  # </think> counts as neither
-                          probe_requests=probes, info={"exit": "deer", "exit_index": think, "confidences": confs})
+                comp += gen.one(
+                    prompt + comp,
+                    max_tokens=max_tokens - len(comp),
+                    temperature=temperature,
+                    seed=None if seed is None else seed + k,
+                    extra=False,
+                ).token_ids
+            return Result(
+                comp,
+                think,
+                len(comp) - think - 1,  # </think> counts as neither
+                probe_requests=probes,
+                info={"exit": "deer", "exit_index": think, "confidences": confs},
+            )
         comp = before + toks[-1:]
     think, ans = _counts(ids, comp, True)
     return Result(comp, think, ans, probe_requests=probes, info={"exit": None, "confidences": confs})
 
 
-def dynasor(gen: Gen, ids: Ids, prompt: list[int], cfg, *, max_tokens: int, temperature: float, seed: int | None,
-            extract: Callable[[str], str | None], decode: Callable[[list[int]], str]) -> Result:
+def dynasor(
+    gen: Gen,
+    ids: Ids,
+    prompt: list[int],
+    cfg,
+    *,
+    max_tokens: int,
+    temperature: float,
+    seed: int | None,
+    extract: Callable[[str], str | None],
+    decode: Callable[[list[int]], str],
+) -> Result:
     """Dynasor-CoT: every `every` think tokens a probe (prefix + probe_text, greedy); exit when the
     last `window` answers agree and do not hedge; the output is then the probed answer."""
     comp: list[int] = []
@@ -191,40 +253,66 @@ def dynasor(gen: Gen, ids: Ids, prompt: list[int], cfg, *, max_tokens: int, temp
     texts: list[str] = []
     k = 0
     while len(comp) < max_tokens:
-        o = gen.one(prompt + comp, max_tokens=min(cfg.every, max_tokens - len(comp)), temperature=temperature,
-                    seed=None if seed is None else seed + k, extra=False)
+        o = gen.one(
+            prompt + comp,
+            max_tokens=min(cfg.every, max_tokens - len(comp)),
+            temperature=temperature,
+            seed=None if seed is None else seed + k,
+            extra=False,
+        )
         k += 1
         comp += o.token_ids
         if ids.think_end in o.token_ids or o.finish_reason != "length":
             if ids.think_end in o.token_ids and o.finish_reason == "length" and len(comp) < max_tokens:
-                comp += gen.one(prompt + comp, max_tokens=max_tokens - len(comp), temperature=temperature,
-                                seed=None if seed is None else seed + k, extra=False).token_ids
+                comp += gen.one(
+                    prompt + comp,
+                    max_tokens=max_tokens - len(comp),
+                    temperature=temperature,
+                    seed=None if seed is None else seed + k,
+                    extra=False,
+                ).token_ids
             break
         if len(comp) >= max_tokens:
             break
-        p = gen.one(prompt + comp + ids.dynasor_probe, max_tokens=cfg.probe_max_tokens, temperature=0.0, seed=None,
-                    extra=False)
+        p = gen.one(
+            prompt + comp + ids.dynasor_probe, max_tokens=cfg.probe_max_tokens, temperature=0.0, seed=None, extra=False
+        )
         text = decode(_trim_eos(p.token_ids, [], ids.eos)[0])
         texts.append(text)
         answers.append(extract(text))
         if dynasor_should_exit(answers, texts, window=cfg.window, hedge_words=cfg.hedge_words):
             think = len(comp)
             out = comp + ids.dynasor_probe + p.token_ids
-            return Result(out, think, len(out) - think, probe_requests=len(texts),
-                          info={"exit": "dynasor", "exit_index": think, "answers": answers})
+            return Result(
+                out,
+                think,
+                len(out) - think,
+                probe_requests=len(texts),
+                info={"exit": "dynasor", "exit_index": think, "answers": answers},
+            )
     think, ans = _counts(ids, comp, True)
     return Result(comp, think, ans, probe_requests=len(texts), info={"exit": None, "answers": answers})
 
 
-def oracle_probe(gen: Gen, ids: Ids, prompt: list[int], comp: list[int], *, max_tokens: int,
-                 grade_text: Callable[[str], bool], decode: Callable[[list[int]], str]) -> dict:
+def oracle_probe(
+    gen: Gen,
+    ids: Ids,
+    prompt: list[int],
+    comp: list[int],
+    *,
+    max_tokens: int,
+    grade_text: Callable[[str], bool],
+    decode: Callable[[list[int]], str],
+) -> dict:
     """Probe every paragraph break of a finished trace (one batched request list, prefix-cached)."""
     if ids.think_end not in comp:
         return {"cut": None, "breaks": [], "flags": [], "think_end": None, "probes": 0}
     end = comp.index(ids.think_end)
     breaks = step_boundaries(comp, ids.split, 0, end)
     prompts = probe_prompts(prompt, comp, breaks, ids.oracle_close)
-    outs = gen.many(prompts, gen.params(max_tokens=max_tokens, temperature=0.0, seed=None, extra=False)) if prompts else []
+    outs = (
+        gen.many(prompts, gen.params(max_tokens=max_tokens, temperature=0.0, seed=None, extra=False)) if prompts else []
+    )
     flags = [bool(grade_text(decode(o.token_ids))) for o in outs]
     cut = oracle_cut(breaks, flags, bool(grade_text(decode(comp))), end)
     return {"cut": cut, "breaks": breaks, "flags": flags, "think_end": end, "probes": len(prompts)}

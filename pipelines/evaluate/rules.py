@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 
 def deer_confidence(logprobs: Sequence[float], *, skip_first: bool = True, mean: str = "arithmetic") -> float:
@@ -26,8 +26,9 @@ def deer_confidence(logprobs: Sequence[float], *, skip_first: bool = True, mean:
     return sum(math.exp(x) for x in lps) / len(lps)
 
 
-def deer_should_exit(logprobs: Sequence[float], *, threshold: float, skip_first: bool = True,
-                     mean: str = "arithmetic") -> bool:
+def deer_should_exit(
+    logprobs: Sequence[float], *, threshold: float, skip_first: bool = True, mean: str = "arithmetic"
+) -> bool:
     return deer_confidence(logprobs, skip_first=skip_first, mean=mean) > threshold
 
 
@@ -40,8 +41,9 @@ def hedges(text: str, hedge_words: Iterable[str]) -> bool:
     return any(w.lower() in words for w in hedge_words)
 
 
-def dynasor_should_exit(answers: Sequence[str | None], texts: Sequence[str], *, window: int,
-                        hedge_words: Iterable[str]) -> bool:
+def dynasor_should_exit(
+    answers: Sequence[str | None], texts: Sequence[str], *, window: int, hedge_words: Iterable[str]
+) -> bool:
     """`answers`: extracted probe answers so far (None = no answer); `texts`: the raw probe texts.
     Exit iff the last `window` answers exist, agree, and none of their texts hedges."""
     if len(answers) < window:
@@ -70,8 +72,9 @@ def oracle_cut(breaks: Sequence[int], flags: Sequence[bool], final_ok: bool, thi
     return cut
 
 
-def count_think_answer(completion: Sequence[int], *, think_end_id: int, think_start_id: int,
-                       prompt_opened_think: bool) -> tuple[int, int]:
+def count_think_answer(
+    completion: Sequence[int], *, think_end_id: int, think_start_id: int, prompt_opened_think: bool
+) -> tuple[int, int]:
     """(think tokens, answer tokens) of a completion; `</think>` itself counts as neither."""
     comp = list(completion)
     if prompt_opened_think:
@@ -86,8 +89,9 @@ def count_think_answer(completion: Sequence[int], *, think_end_id: int, think_st
     return len(comp) - start, 0
 
 
-def best_setting(points: Sequence[dict], *, ref_accuracy: float, tolerance: float,
-                 cost: str = "think_tokens") -> dict | None:
+def best_setting(
+    points: Sequence[dict], *, ref_accuracy: float, tolerance: float, cost: str = "think_tokens"
+) -> dict | None:
     """The cheapest point (by `cost`, then higher accuracy) with accuracy >= ref - tolerance;
     if none qualifies, the most accurate one. Points are dicts with `accuracy` and `cost`."""
     if not points:

@@ -9,7 +9,7 @@ of `fc` -> sigmoid, sigmoid, expm1.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -39,5 +39,5 @@ class SignalModel:
             return []
         ids = torch.tensor([list(prompt) + list(completion)])
         aux, _ = target_features(self.target, ids, torch.ones_like(ids), self.aux)
-        _, raw = self.draft.fuse(aux[0, len(prompt):])
+        _, raw = self.draft.fuse(aux[0, len(prompt) :])
         return [tuple(float(x) for x in r) for r in activate(raw).tolist()]

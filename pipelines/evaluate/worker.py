@@ -13,45 +13,47 @@ import json
 import os
 import time
 import traceback
-from pathlib import Path
+from functools import partial
 
 import pyarrow as pa
 
-from pipelines.evaluate.methods import Gen, Ids, Result, budget_extra, deer, dynasor, oracle_probe, single, timed
 from pipelines.common.graders import EXTRACTORS, grade, reference_answer
 from pipelines.common.parts import write_part
 from pipelines.common.runtime import stable_seed
+from pipelines.evaluate.methods import Gen, Ids, Result, budget_extra, deer, dynasor, oracle_probe, single, timed
 
 _ids = pa.list_(pa.int32())
 _f32 = pa.list_(pa.float32())
-EVAL = pa.schema([
-    pa.field("id", pa.string(), nullable=False),  # problem_id/T<temperature>/<method>[/<setting>]
-    pa.field("problem_id", pa.string(), nullable=False),
-    pa.field("status", pa.string(), nullable=False),
-    pa.field("error", pa.string()),
-    pa.field("method", pa.string()),
-    pa.field("setting", pa.string()),  # budget: the budget; "" otherwise
-    pa.field("temperature", pa.float32()),
-    pa.field("prompt", pa.string()),
-    pa.field("gold", pa.string()),
-    pa.field("correct", pa.bool_()),
-    pa.field("think_tokens", pa.int32()),
-    pa.field("answer_tokens", pa.int32()),
-    pa.field("latency_s", pa.float64()),  # wall clock of all the method's requests for this problem
-    pa.field("requests", pa.int32()),  # engine requests (probes included)
-    pa.field("probe_requests", pa.int32()),
-    pa.field("num_drafts", pa.int64()),  # vLLM spec-decode counters, diffed around this method's requests
-    pa.field("num_accepted", pa.int64()),
-    pa.field("prompt_token_ids", _ids),
-    pa.field("completion_token_ids", _ids),
-    pa.field("completion_text", pa.string()),
-    pa.field("signal_confidence", _f32),  # eagle3 rows: per completion token, from the draft
-    pa.field("signal_progress", _f32),
-    pa.field("signal_remaining", _f32),
-    pa.field("boundaries", _ids),  # oracle rows: probed paragraph breaks (completion indices)
-    pa.field("probe_correct", pa.list_(pa.bool_())),  # oracle rows: forced answer right at each break
-    pa.field("info", pa.string()),  # JSON: method details (exit index, DEER confidences, Dynasor answers, ...)
-])
+EVAL = pa.schema(
+    [
+        pa.field("id", pa.string(), nullable=False),  # problem_id/T<temperature>/<method>[/<setting>]
+        pa.field("problem_id", pa.string(), nullable=False),
+        pa.field("status", pa.string(), nullable=False),
+        pa.field("error", pa.string()),
+        pa.field("method", pa.string()),
+        pa.field("setting", pa.string()),  # budget: the budget; "" otherwise
+        pa.field("temperature", pa.float32()),
+        pa.field("prompt", pa.string()),
+        pa.field("gold", pa.string()),
+        pa.field("correct", pa.bool_()),
+        pa.field("think_tokens", pa.int32()),
+        pa.field("answer_tokens", pa.int32()),
+        pa.field("latency_s", pa.float64()),  # wall clock of all the method's requests for this problem
+        pa.field("requests", pa.int32()),  # engine requests (probes included)
+        pa.field("probe_requests", pa.int32()),
+        pa.field("num_drafts", pa.int64()),  # vLLM spec-decode counters, diffed around this method's requests
+        pa.field("num_accepted", pa.int64()),
+        pa.field("prompt_token_ids", _ids),
+        pa.field("completion_token_ids", _ids),
+        pa.field("completion_text", pa.string()),
+        pa.field("signal_confidence", _f32),  # eagle3 rows: per completion token, from the draft
+        pa.field("signal_progress", _f32),
+        pa.field("signal_remaining", _f32),
+        pa.field("boundaries", _ids),  # oracle rows: probed paragraph breaks (completion indices)
+        pa.field("probe_correct", pa.list_(pa.bool_())),  # oracle rows: forced answer right at each break
+        pa.field("info", pa.string()),  # JSON: method details (exit index, DEER confidences, Dynasor answers, ...)
+    ]
+)
 
 
 def row_id(pid: str, temp: float, method: str | None, setting: str = "") -> str:
@@ -60,12 +62,20 @@ def row_id(pid: str, temp: float, method: str | None, setting: str = "") -> str:
     return f"{pid}/T{temp:g}/{method}" + (f"/{setting}" if setting else "")
 
 
-def error_row(pid: str, error: str, *, temp: float | None = None, method: str | None = None, setting: str = "",
-              **known) -> dict:
+def error_row(
+    pid: str, error: str, *, temp: float | None = None, method: str | None = None, setting: str = "", **known
+) -> dict:
     row = {f.name: None for f in EVAL}
     row.update(known)
-    row.update(id=row_id(pid, temp or 0.0, method, setting), problem_id=pid, status="error", error=error,
-               method=method, setting=setting, temperature=temp)
+    row.update(
+        id=row_id(pid, temp or 0.0, method, setting),
+        problem_id=pid,
+        status="error",
+        error=error,
+        method=method,
+        setting=setting,
+        temperature=temp,
+    )
     return row
 
 
@@ -74,8 +84,8 @@ class EvalWorker:
         os.environ.update(env)  # before vLLM is imported in this process
         from vllm import LLM
 
-        from pipelines.evaluate.config import EvalConfig
         from pipelines.common.tokens import token_ids
+        from pipelines.evaluate.config import EvalConfig
 
         self.cfg = cfg = EvalConfig.model_validate_json(cfg_json)
         self.methods = cfg.run_methods()
@@ -87,11 +97,21 @@ class EvalWorker:
         if "plain" in self.methods:
             self.plain = Gen(LLM(**kw), False)
         if any(m != "plain" for m in self.methods):
-            self.spec = Gen(LLM(**kw, speculative_config={"method": "eagle3", "model": cfg.draft,
-                                                          "num_speculative_tokens": cfg.num_speculative_tokens}), True)
+            self.spec = Gen(
+                LLM(
+                    **kw,
+                    speculative_config={
+                        "method": "eagle3",
+                        "model": cfg.draft,
+                        "num_speculative_tokens": cfg.num_speculative_tokens,
+                    },
+                ),
+                True,
+            )
         self.tok = tok = (self.spec or self.plain).llm.get_tokenizer()
-        t = token_ids(tok, think_start=cfg.think_start, think_end=cfg.think_end, split_tokens=cfg.split_tokens,
-                      model_dir=e.model)
+        t = token_ids(
+            tok, think_start=cfg.think_start, think_end=cfg.think_end, split_tokens=cfg.split_tokens, model_dir=e.model
+        )
         enc = lambda s: tok.encode(s, add_special_tokens=False)  # noqa: E731
         trans = []
         for w in cfg.deer.transition_words:
@@ -101,12 +121,19 @@ class EvalWorker:
                     trans.append(x[0])
         if "deer" in self.methods and not trans:
             raise ValueError(f"no DEER transition word is a single token: {cfg.deer.transition_words}")
-        self.ids = Ids(think_start=t.think_start, think_end=t.think_end, split=t.split, eos=t.eos,
-                       oracle_close=enc(cfg.oracle.close_text + cfg.oracle.answer_prompt),
-                       deer_probe=enc(cfg.deer.probe_text), deer_exit=enc(cfg.deer.exit_text),
-                       deer_transitions=sorted(set(trans)), dynasor_probe=enc(cfg.dynasor.probe_text))
+        self.ids = Ids(
+            think_start=t.think_start,
+            think_end=t.think_end,
+            split=t.split,
+            eos=t.eos,
+            oracle_close=enc(cfg.oracle.close_text + cfg.oracle.answer_prompt),
+            deer_probe=enc(cfg.deer.probe_text),
+            deer_exit=enc(cfg.deer.exit_text),
+            deer_transitions=sorted(set(trans)),
+            dynasor_probe=enc(cfg.dynasor.probe_text),
+        )
         self.max_len = (self.spec or self.plain).llm.llm_engine.model_config.max_model_len
-        self.exit = _specexit_overrides(cfg)
+        self.exit = cfg.exit_overrides()
         self.sig = None
         if cfg.signals and "eagle3" in self.methods:
             from pipelines.evaluate.trace_signals import SignalModel
@@ -115,8 +142,15 @@ class EvalWorker:
         for g in (self.spec, self.plain):  # warm-up: the first request of each kind pays one-off costs
             if g is not None:
                 g.one(enc("1"), max_tokens=4, temperature=0.0, seed=None, extra=False)
-                g.one(enc("1"), max_tokens=4, temperature=0.0, seed=None, extra=False, logprobs=True,
-                      stop_ids=ids_stop if (ids_stop := self.ids.deer_transitions) else None)
+                g.one(
+                    enc("1"),
+                    max_tokens=4,
+                    temperature=0.0,
+                    seed=None,
+                    extra=False,
+                    logprobs=True,
+                    stop_ids=ids_stop if (ids_stop := self.ids.deer_transitions) else None,
+                )
                 if any(t > 0 for t in cfg.temperatures):
                     g.one(enc("1"), max_tokens=4, temperature=0.6, seed=1, extra=False)
         print(f"[evaluate] engines ready: methods {self.methods}, specexit {self.exit}", flush=True)
@@ -126,8 +160,9 @@ class EvalWorker:
         kw = dict(self.cfg.chat_template_kwargs)
         if not think:
             kw["enable_thinking"] = False
-        s = self.tok.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
-                                         add_generation_prompt=True, **kw)
+        s = self.tok.apply_chat_template(
+            [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True, **kw
+        )
         ids = self.tok.encode(s, add_special_tokens=False)
         if not think and self._opened(ids):  # the template ignores enable_thinking: close it ourselves
             ids = ids + self.tok.encode(self.cfg.think_end + "\n\n", add_special_tokens=False)
@@ -145,12 +180,21 @@ class EvalWorker:
             return [error_row(pid, row["error"], prompt=row.get("prompt"), gold=row.get("gold"))]
         ref = reference_answer(self.cfg.grader, row.get("gold"), None)
         if ref is None:
-            return [error_row(pid, f"no usable gold answer ({row.get('gold')!r})", prompt=row["prompt"],
-                              gold=row.get("gold"))]
+            return [
+                error_row(
+                    pid, f"no usable gold answer ({row.get('gold')!r})", prompt=row["prompt"], gold=row.get("gold")
+                )
+            ]
         prompt = self._prompt(row["prompt"])
         if len(prompt) + 1 >= self.max_len:
-            return [error_row(pid, f"prompt of {len(prompt)} tokens exceeds max_model_len {self.max_len}",
-                              prompt=row["prompt"], gold=row.get("gold"))]
+            return [
+                error_row(
+                    pid,
+                    f"prompt of {len(prompt)} tokens exceeds max_model_len {self.max_len}",
+                    prompt=row["prompt"],
+                    gold=row.get("gold"),
+                )
+            ]
         out = []
         for temp in self.cfg.temperatures:
             out += self._methods(pid, row, prompt, ref, temp)
@@ -175,28 +219,48 @@ class EvalWorker:
                 p = self._prompt(row["prompt"], think=False) if m == "nothink" else prompt
                 opened = self._opened(p)
                 if m == "deer":
-                    res = timed(gen, lambda: deer(gen, ids, p, cfg.deer, **common))
+                    res = timed(gen, partial(deer, gen, ids, p, cfg.deer, **common))
                 elif m == "dynasor":
-                    res = timed(gen, lambda: dynasor(gen, ids, p, cfg.dynasor, extract=extract, decode=decode, **common))
+                    res = timed(
+                        gen, partial(dynasor, gen, ids, p, cfg.dynasor, extract=extract, decode=decode, **common)
+                    )
                 elif m == "oracle":
                     res = self._oracle(pid, p, eagle, ref, common, decode)
                 else:
-                    extra = {"eagle3": False, "nothink": False, "plain": None, "specexit": self.exit, "specexit_default": None,
-                             "budget": budget_extra(int(setting) if setting else 0)}[m]
-                    res = timed(gen, lambda: single(gen, ids, p, opened=opened, extra=extra, **common))
+                    extra = {
+                        "eagle3": False,
+                        "nothink": False,
+                        "plain": None,
+                        "specexit": self.exit,
+                        "specexit_default": None,
+                        "budget": budget_extra(int(setting) if setting else 0),
+                    }[m]
+                    res = timed(gen, partial(single, gen, ids, p, opened=opened, extra=extra, **common))
                 text = decode(res.completion)
                 r = self._row(pid, row, temp, m, setting, p, res, text, grade(cfg.grader, text, ref) > 0.5)
                 if m == "eagle3":
                     eagle = (res, r)
                     if self.sig is not None:
                         sig = self.sig.signals(p, res.completion)
-                        r.update(signal_confidence=[s[0] for s in sig], signal_progress=[s[1] for s in sig],
-                                 signal_remaining=[s[2] for s in sig])
+                        r.update(
+                            signal_confidence=[s[0] for s in sig],
+                            signal_progress=[s[1] for s in sig],
+                            signal_remaining=[s[2] for s in sig],
+                        )
                 rows.append(r)
             except Exception as ex:  # one failing method is an error row, the others still run
                 traceback.print_exc()
-                rows.append(error_row(pid, f"{m}: {type(ex).__name__}: {ex}", temp=temp, method=m, setting=setting,
-                                      prompt=row["prompt"], gold=row.get("gold")))
+                rows.append(
+                    error_row(
+                        pid,
+                        f"{m}: {type(ex).__name__}: {ex}",
+                        temp=temp,
+                        method=m,
+                        setting=setting,
+                        prompt=row["prompt"],
+                        gold=row.get("gold"),
+                    )
+                )
         return rows
 
     def _oracle(self, pid, prompt, eagle, ref, common, decode) -> Result:
@@ -204,33 +268,69 @@ class EvalWorker:
             raise RuntimeError("the oracle needs the eagle3 trace, which failed")
         eres, erow = eagle
         t0 = time.perf_counter()
-        pr = oracle_probe(self.spec, self.ids, prompt, eres.completion, max_tokens=self.cfg.oracle.probe_max_tokens,
-                          grade_text=lambda s: grade(self.cfg.grader, s, ref) > 0.5, decode=decode)
+        pr = oracle_probe(
+            self.spec,
+            self.ids,
+            prompt,
+            eres.completion,
+            max_tokens=self.cfg.oracle.probe_max_tokens,
+            grade_text=lambda s: grade(self.cfg.grader, s, ref) > 0.5,
+            decode=decode,
+        )
         probe_s = time.perf_counter() - t0
         cut, end = pr["cut"], pr["think_end"]
         if cut is not None and end is not None and cut < end:
-            res = timed(self.spec, lambda: single(self.spec, self.ids, prompt, opened=True,
-                                                  extra=budget_extra(cut), **common))
+            res = timed(
+                self.spec, lambda: single(self.spec, self.ids, prompt, opened=True, extra=budget_extra(cut), **common)
+            )
             replayed = True
         else:  # wrong or unfinished trace, or no earlier break qualifies: the oracle keeps the full trace
-            res = Result(list(eres.completion), eres.think_tokens, eres.answer_tokens, latency_s=eres.latency_s,
-                         requests=1, num_drafts=eres.num_drafts, num_accepted=eres.num_accepted)
+            res = Result(
+                list(eres.completion),
+                eres.think_tokens,
+                eres.answer_tokens,
+                latency_s=eres.latency_s,
+                requests=1,
+                num_drafts=eres.num_drafts,
+                num_accepted=eres.num_accepted,
+            )
             replayed = False
         res.probe_requests = pr["probes"]
         res.requests += pr["probes"]
-        res.info.update(cut=cut, think_end=end, replayed=replayed, probe_latency_s=round(probe_s, 4),
-                        prefix_matches=list(res.completion[:res.think_tokens]) == list(eres.completion[:res.think_tokens]))
+        res.info.update(
+            cut=cut,
+            think_end=end,
+            replayed=replayed,
+            probe_latency_s=round(probe_s, 4),
+            prefix_matches=list(res.completion[: res.think_tokens]) == list(eres.completion[: res.think_tokens]),
+        )
         res._oracle = pr  # type: ignore[attr-defined]
         return res
 
     def _row(self, pid, row, temp, m, setting, prompt, res: Result, text: str, correct: bool) -> dict:
         r = {f.name: None for f in EVAL}
-        r.update(id=row_id(pid, temp, m, setting), problem_id=pid, status="ok", method=m, setting=setting,
-                 temperature=temp, prompt=row["prompt"], gold=row.get("gold"), correct=bool(correct),
-                 think_tokens=res.think_tokens, answer_tokens=res.answer_tokens, latency_s=res.latency_s,
-                 requests=res.requests, probe_requests=res.probe_requests, num_drafts=res.num_drafts,
-                 num_accepted=res.num_accepted, prompt_token_ids=prompt, completion_token_ids=res.completion,
-                 completion_text=text, info=json.dumps(res.info))
+        r.update(
+            id=row_id(pid, temp, m, setting),
+            problem_id=pid,
+            status="ok",
+            method=m,
+            setting=setting,
+            temperature=temp,
+            prompt=row["prompt"],
+            gold=row.get("gold"),
+            correct=bool(correct),
+            think_tokens=res.think_tokens,
+            answer_tokens=res.answer_tokens,
+            latency_s=res.latency_s,
+            requests=res.requests,
+            probe_requests=res.probe_requests,
+            num_drafts=res.num_drafts,
+            num_accepted=res.num_accepted,
+            prompt_token_ids=prompt,
+            completion_token_ids=res.completion,
+            completion_text=text,
+            info=json.dumps(res.info),
+        )
         pr = getattr(res, "_oracle", None)
         if pr is not None:
             r.update(boundaries=pr["breaks"], probe_correct=pr["flags"])
@@ -242,19 +342,15 @@ class EvalWorker:
         for i, r in enumerate(batch.to_pylist()):
             rows += self._problem(r)
             if (i + 1) % 10 == 0:
-                print(f"[evaluate] {i + 1}/{batch.num_rows} problems of this batch ({time.time() - t0:.0f}s)", flush=True)
+                print(
+                    f"[evaluate] {i + 1}/{batch.num_rows} problems of this batch ({time.time() - t0:.0f}s)", flush=True
+                )
         table = pa.Table.from_pylist([{f.name: r.get(f.name) for f in EVAL} for r in rows], schema=EVAL)
         name = write_part(self.cfg.output, table)
         n_err = sum(r["status"] != "ok" for r in rows)
-        print(f"[evaluate] {batch.num_rows} problems -> {len(rows)} rows ({n_err} errors) in "
-              f"{time.time() - t0:.1f}s: {name}", flush=True)
+        print(
+            f"[evaluate] {batch.num_rows} problems -> {len(rows)} rows ({n_err} errors) in "
+            f"{time.time() - t0:.1f}s: {name}",
+            flush=True,
+        )
         return pa.table({"part": [name], "problems": [batch.num_rows], "rows": [len(rows)], "errors": [n_err]})
-
-
-def _specexit_overrides(cfg) -> dict | None:
-    """The `specexit` request controls: the calibrated file wins over `specexit_exit`; None = server defaults."""
-    if cfg.calibrated:
-        from specexit_core.exit import load_exit_overrides
-
-        return load_exit_overrides(Path(cfg.calibrated))
-    return dict(cfg.specexit_exit) if cfg.specexit_exit is not None else None

@@ -3,6 +3,7 @@
 import sys
 
 from pipelines.common.stage_cli import main
+from pipelines.labels.config import LabelsConfig
 from pipelines.labels.job import run
 
-sys.exit(main("labels", run))
+sys.exit(main("labels", LabelsConfig, run))

@@ -24,10 +24,21 @@ COLUMNS = ["id", "status", "error", "gold", "answer", "prompt_token_ids", "compl
 
 def labeler_kwargs(cfg: LabelsConfig, gpu: bool) -> dict:
     e = cfg.engine
-    return dict(model=e.model, engine_kwargs=e.engine_kwargs(), env=engine_env(e, gpu), grader=cfg.grader,
-                close_text=cfg.close_text, answer_prompt=cfg.answer_prompt, probe_max_tokens=cfg.probe_max_tokens,
-                think_start=cfg.think_start, think_end=cfg.think_end, split_tokens=cfg.split_tokens,
-                shift=cfg.shift, initial=cfg.initial_confidence, gpu=gpu)
+    return dict(
+        model=e.model,
+        engine_kwargs=e.engine_kwargs(),
+        env=engine_env(e, gpu),
+        grader=cfg.grader,
+        close_text=cfg.close_text,
+        answer_prompt=cfg.answer_prompt,
+        probe_max_tokens=cfg.probe_max_tokens,
+        think_start=cfg.think_start,
+        think_end=cfg.think_end,
+        split_tokens=cfg.split_tokens,
+        shift=cfg.shift,
+        initial=cfg.initial_confidence,
+        gpu=gpu,
+    )
 
 
 def run(cfg: LabelsConfig) -> dict:
@@ -43,26 +54,45 @@ def run(cfg: LabelsConfig) -> dict:
     stale = clean_tmp(cfg.output)
     already = done_ids(cfg.output)
     todo = [i for i in expected if i not in already]
-    log.info("labels: %d input traces, %d already in %s, %d to do (%d stale temp files removed); engine on %s",
-             len(expected), len(expected) - len(todo), cfg.output, len(todo), stale, "GPU" if gpu else "CPU")
+    log.info(
+        "labels: %d input traces, %d already in %s, %d to do (%d stale temp files removed); engine on %s",
+        len(expected),
+        len(expected) - len(todo),
+        cfg.output,
+        len(todo),
+        stale,
+        "GPU" if gpu else "CPU",
+    )
     processed, timing = 0, None
     if todo:
         e = cfg.engine
         ds = ray.data.read_parquet([str(f) for f in files], columns=COLUMNS)
         ds = ds.map_batches(keep_ids, fn_kwargs={"ids": todo}, batch_format="pyarrow", num_cpus=0.25)
         resources = {"num_gpus": e.tensor_parallel_size} if gpu else {"num_cpus": 1}
-        ds = ds.map_batches(ProbeLabeler, fn_constructor_kwargs=labeler_kwargs(cfg, gpu), concurrency=e.concurrency,
-                            batch_size=e.batch_size, batch_format="pyarrow",
-                            runtime_env={"env_vars": engine_env(e, gpu)}, **resources)
-        res = write_parts(ds, folder=cfg.output, schema_name="labels", chunk_rows=cfg.chunk_rows, total=len(todo),
-                          stage="labels")
+        ds = ds.map_batches(
+            ProbeLabeler,
+            fn_constructor_kwargs=labeler_kwargs(cfg, gpu),
+            concurrency=e.concurrency,
+            batch_size=e.batch_size,
+            batch_format="pyarrow",
+            runtime_env={"env_vars": engine_env(e, gpu)},
+            **resources,
+        )
+        res = write_parts(
+            ds, folder=cfg.output, schema_name="labels", chunk_rows=cfg.chunk_rows, total=len(todo), stage="labels"
+        )
         processed = res["rows"]
         timing = res
     summary = tally(cfg.output, expected)
     secs = time.time() - t0
-    summary.update(stage="labels", output=cfg.output, skipped_already_done=len(expected) - len(todo),
-                   processed_this_run=processed, seconds=round(secs, 1),
-                   rows_per_s=round(processed / secs, 3) if secs > 0 else None, engines=cfg.engine.concurrency)
+    summary.update(
+        stage="labels",
+        output=cfg.output,
+        skipped_already_done=len(expected) - len(todo),
+        processed_this_run=processed,
+        seconds=round(secs, 1),
+        rows_per_s=round(processed / secs, 3) if secs > 0 else None,
+        engines=cfg.engine.concurrency,
+    )
     summary["engine_rows_per_s"], summary["engine_busy_s"] = engine_rate(timing)
     return summary
-

@@ -14,18 +14,32 @@ import time
 
 import pyarrow as pa
 
-from specexit_core.labels import find_think_span, label_trace, probe_prompts, step_boundaries
-
 from pipelines.common.graders import grade, reference_answer
 from pipelines.common.schemas import LABELS, empty_row
 from pipelines.common.tokens import think_opened
+from specexit_core.labels import find_think_span, label_trace, probe_prompts, step_boundaries
+
 
 class ProbeLabeler:
     """Ray Data callable class: `map_batches(ProbeLabeler, fn_constructor_kwargs=...)`."""
 
-    def __init__(self, *, model: str, engine_kwargs: dict, env: dict, grader: str, close_text: str,
-                 answer_prompt: str, probe_max_tokens: int, think_start: str, think_end: str,
-                 split_tokens: list[str] | None, shift: str, initial: float, gpu: bool):
+    def __init__(
+        self,
+        *,
+        model: str,
+        engine_kwargs: dict,
+        env: dict,
+        grader: str,
+        close_text: str,
+        answer_prompt: str,
+        probe_max_tokens: int,
+        think_start: str,
+        think_end: str,
+        split_tokens: list[str] | None,
+        shift: str,
+        initial: float,
+        gpu: bool,
+    ):
         os.environ.update(env)  # before vLLM is imported in this process
         from vllm import LLM, SamplingParams
 
@@ -35,15 +49,19 @@ class ProbeLabeler:
             engine_kwargs = {"distributed_executor_backend": "mp", **engine_kwargs}
         self.llm = LLM(model=model, **engine_kwargs)
         tok = self.llm.get_tokenizer()
-        self.ids = token_ids(tok, think_start=think_start, think_end=think_end, split_tokens=split_tokens,
-                             model_dir=model)
+        self.ids = token_ids(
+            tok, think_start=think_start, think_end=think_end, split_tokens=split_tokens, model_dir=model
+        )
         self.close_ids = tok.encode(close_text + answer_prompt, add_special_tokens=False)
         self.max_len = self.llm.llm_engine.model_config.max_model_len
         self.params = SamplingParams(temperature=0.0, max_tokens=probe_max_tokens)
         self.grader, self.shift, self.initial = grader, shift, initial
         self.probe_max_tokens = probe_max_tokens
-        print(f"[labels] engine ready: split ids {self.ids.split}, close ids {self.close_ids}, "
-              f"max_model_len {self.max_len}", flush=True)
+        print(
+            f"[labels] engine ready: split ids {self.ids.split}, close ids {self.close_ids}, "
+            f"max_model_len {self.max_len}",
+            flush=True,
+        )
 
     # -- one trace -> probes ----------------------------------------------------------------
     def _plan(self, row: dict):
@@ -52,8 +70,9 @@ class ProbeLabeler:
             return f"trace error: {row['error']}"
         prompt, comp = list(row["prompt_token_ids"]), list(row["completion_token_ids"])
         opened = think_opened(prompt, self.ids.think_start, self.ids.think_end)
-        span = find_think_span(comp, think_start_id=self.ids.think_start, think_end_id=self.ids.think_end,
-                               prompt_opened_think=opened)
+        span = find_think_span(
+            comp, think_start_id=self.ids.think_start, think_end_id=self.ids.think_end, prompt_opened_think=opened
+        )
         if span is None:
             return "unfinished trace: no closed think segment (raise sampling.max_tokens)"
         ref = reference_answer(self.grader, row.get("gold"), row.get("answer"))
@@ -66,14 +85,31 @@ class ProbeLabeler:
         return probes, dict(prompt=prompt, comp=comp, opened=opened, ref=ref, bounds=bounds)
 
     def _label(self, row: dict, ctx: dict, outcomes: list[float]) -> dict:
-        lab = label_trace(ctx["prompt"], ctx["comp"], outcomes, split_ids=self.ids.split,
-                          think_start_id=self.ids.think_start, think_end_id=self.ids.think_end,
-                          prompt_opened_think=ctx["opened"], initial=self.initial, shift=self.shift)
+        lab = label_trace(
+            ctx["prompt"],
+            ctx["comp"],
+            outcomes,
+            split_ids=self.ids.split,
+            think_start_id=self.ids.think_start,
+            think_end_id=self.ids.think_end,
+            prompt_opened_think=ctx["opened"],
+            initial=self.initial,
+            shift=self.shift,
+        )
         d = lab.to_dict()
         final_ok = grade(self.grader, row.get("answer") or "", ctx["ref"]) > 0.5
-        return dict(id=row["id"], status="ok", error=None, gold=row.get("gold"), reference=ctx["ref"],
-                    prompt_token_ids=ctx["prompt"], completion_token_ids=ctx["comp"],
-                    probe_outcomes=[float(o) for o in outcomes], final_correct=final_ok, **d)
+        return dict(
+            id=row["id"],
+            status="ok",
+            error=None,
+            gold=row.get("gold"),
+            reference=ctx["ref"],
+            prompt_token_ids=ctx["prompt"],
+            completion_token_ids=ctx["comp"],
+            probe_outcomes=[float(o) for o in outcomes],
+            final_correct=final_ok,
+            **d,
+        )
 
     def _generate(self, prompts: list[list[int]]) -> list[str]:
         outs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], self.params, use_tqdm=False)
@@ -117,4 +153,5 @@ class ProbeLabeler:
         table = pa.Table.from_pylist([{f.name: r.get(f.name) for f in LABELS} for r in out], schema=LABELS)
         # busy-window stamps for the throughput report (dropped by the writer)
         return table.append_column("_t0", pa.array([t0] * len(out), pa.float64())).append_column(
-            "_t1", pa.array([t1] * len(out), pa.float64()))
+            "_t1", pa.array([t1] * len(out), pa.float64())
+        )

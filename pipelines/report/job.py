@@ -14,12 +14,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 ORDER = ["plain", "eagle3", "specexit", "specexit_default", "budget", "deer", "dynasor", "nothink", "oracle"]
-COLORS = {"plain": "#7f7f7f", "eagle3": "#1f77b4", "specexit": "#d62728", "specexit_default": "#e377c2", "budget": "#9467bd", "deer": "#2ca02c",
-          "dynasor": "#ff7f0e", "nothink": "#8c564b", "oracle": "#000000"}
+COLORS = {
+    "plain": "#7f7f7f",
+    "eagle3": "#1f77b4",
+    "specexit": "#d62728",
+    "specexit_default": "#e377c2",
+    "budget": "#9467bd",
+    "deer": "#2ca02c",
+    "dynasor": "#ff7f0e",
+    "nothink": "#8c564b",
+    "oracle": "#000000",
+}
 
 
 def _plt():
@@ -53,8 +61,14 @@ def plot_pareto(by_t: dict, path: Path) -> None:
             xs, ys = [p["think_tokens"] for p in sweep], [100 * p["accuracy"] for p in sweep]
             ax.plot(xs, ys, "-o", color=COLORS["budget"], alpha=0.5, ms=4, label="budget sweep")
             for p, x, y in zip(sweep, xs, ys):
-                ax.annotate(str(p["setting"]), (x, y), fontsize=7, color=COLORS["budget"], xytext=(3, -9),
-                            textcoords="offset points")
+                ax.annotate(
+                    str(p["setting"]),
+                    (x, y),
+                    fontsize=7,
+                    color=COLORS["budget"],
+                    xytext=(3, -9),
+                    textcoords="offset points",
+                )
             pts += list(zip(xs, ys))
         for m in ORDER:
             r = d["methods"].get(m)
@@ -63,9 +77,16 @@ def plot_pareto(by_t: dict, path: Path) -> None:
             x, y = r["think_tokens"], 100 * r["accuracy"]
             pts.append((x, y))
             star = m == "specexit"  # drawn on top: it often shares its point with another method
-            ax.scatter([x], [y], s=160 if star else 70, color=COLORS[m], zorder=5 if star else 3,
-                       marker="*" if star else "o", edgecolor="white" if star else None,
-                       label=m + (f" ({r['setting']})" if m == "budget" else ""))
+            ax.scatter(
+                [x],
+                [y],
+                s=160 if star else 70,
+                color=COLORS[m],
+                zorder=5 if star else 3,
+                marker="*" if star else "o",
+                edgecolor="white" if star else None,
+                label=m + (f" ({r['setting']})" if m == "budget" else ""),
+            )
         front = pareto_front(pts)
         ax.plot([p[0] for p in front], [p[1] for p in front], "k--", lw=0.8, alpha=0.6, label="Pareto front")
         ax.set_xlabel("think tokens (mean per problem)")
@@ -88,14 +109,28 @@ def plot_latency(by_t: dict, path: Path) -> None:
         ms = by_t[t]["methods"]
         vals = [1000 * ms.get(m, {}).get("latency_s", 0.0) if ms.get(m, {}).get("n") else 0.0 for m in methods]
         xs = [j + (i - (len(temps) - 1) / 2) * w for j in range(len(methods))]
-        bars = ax.bar(xs, vals, w, color=[COLORS[m] for m in methods], alpha=1.0 if i == 0 else 0.55,
-                      edgecolor="black", lw=0.5, label=f"T={t}")
+        bars = ax.bar(
+            xs,
+            vals,
+            w,
+            color=[COLORS[m] for m in methods],
+            alpha=1.0 if i == 0 else 0.55,
+            edgecolor="black",
+            lw=0.5,
+            label=f"T={t}",
+        )
         e = ms.get("eagle3", {}).get("latency_s")
         for b, m in zip(bars, methods):
             lat = ms.get(m, {}).get("latency_s")
             if e and lat:
-                ax.annotate(f"{e / lat:.2f}x", (b.get_x() + b.get_width() / 2, b.get_height()), ha="center",
-                            fontsize=7, xytext=(0, 2), textcoords="offset points")
+                ax.annotate(
+                    f"{e / lat:.2f}x",
+                    (b.get_x() + b.get_width() / 2, b.get_height()),
+                    ha="center",
+                    fontsize=7,
+                    xytext=(0, 2),
+                    textcoords="offset points",
+                )
     ax.set_xticks(range(len(methods)))
     ax.set_xticklabels(methods)
     ax.set_ylabel("end-to-end latency per request (ms, concurrency 1)")
@@ -148,8 +183,7 @@ def plot_signals(rows: list[dict], path: Path, exit_cfg: dict | None, split_ids:
             for t in range(n):
                 if comp[t] in split_ids:
                     ax.axvline(t, color="grey", lw=0.3, alpha=0.5)
-        marks = [("oracle exit", d["oracle"]["think_tokens"], "black", "--"),
-                 ("natural end", n, "grey", "-")]
+        marks = [("oracle exit", d["oracle"]["think_tokens"], "black", "--"), ("natural end", n, "grey", "-")]
         if "specexit" in d:
             marks.insert(0, ("SpecExit exit", d["specexit"]["think_tokens"], "#d62728", "-"))
         for lab, x, c, ls in marks:
@@ -173,16 +207,21 @@ def _fmt(x, nd=3):
 
 def method_table(d: dict) -> list[str]:
     e = d["methods"].get("eagle3", {}).get("latency_s")
-    lines = ["| method | accuracy | think tokens | answer tokens | latency (ms) | speed-up vs eagle3 | acceptance length "
-             "| probe requests | requests | n |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| method | accuracy | think tokens | answer tokens | latency (ms) | speed-up vs eagle3 | acceptance length "
+        "| probe requests | requests | n |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for m in ORDER:
         r = d["methods"].get(m)
         if not r or not r.get("n"):
             continue
         name = f"{m} ({r['setting']})" if m == "budget" else m
-        lines.append(f"| {name} | {100 * r['accuracy']:.1f}% | {r['think_tokens']:.1f} | {r['answer_tokens']:.1f} | "
-                     f"{1000 * r['latency_s']:.1f} | {_fmt(e / r['latency_s'] if e and r['latency_s'] else None, 2)} | "
-                     f"{_fmt(r.get('acceptance_length'), 2)} | {r['probe_requests']:.2f} | {r['requests']:.2f} | {r['n']} |")
+        lines.append(
+            f"| {name} | {100 * r['accuracy']:.1f}% | {r['think_tokens']:.1f} | {r['answer_tokens']:.1f} | "
+            f"{1000 * r['latency_s']:.1f} | {_fmt(e / r['latency_s'] if e and r['latency_s'] else None, 2)} | "
+            f"{_fmt(r.get('acceptance_length'), 2)} | {r['probe_requests']:.2f} | {r['requests']:.2f} | {r['n']} |"
+        )
     return lines
 
 
@@ -197,27 +236,54 @@ def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Path
     by_t = s["by_temperature"]
     plot_pareto(by_t, out / "pareto.png")
     plot_latency(by_t, out / "latency.png")
-    rows = read_all(run_dir, ["problem_id", "status", "method", "temperature", "think_tokens", "prompt",
-                              "completion_token_ids", "signal_confidence", "signal_progress",
-                              "signal_remaining"]).to_pylist()
+    rows = read_all(
+        run_dir,
+        [
+            "problem_id",
+            "status",
+            "method",
+            "temperature",
+            "think_tokens",
+            "prompt",
+            "completion_token_ids",
+            "signal_confidence",
+            "signal_progress",
+            "signal_remaining",
+        ],
+    ).to_pylist()
     split = _split_ids(run_dir)
     n_sig = plot_signals(rows, out / "signals.png", s.get("specexit_exit"), split)
-    md = [f"# SpecExit vs peer methods", "",
-          f"{s['n']} problems ({s['ok']} ok, {s['errors']} with errors), temperatures "
-          f"{', '.join(by_t)}; one engine (EAGLE-3 + SpecExit draft) for every method but `plain`; latency = "
-          f"end-to-end per request at concurrency 1, probes included (oracle: its replay only, probing "
-          f"listed separately). SpecExit exit setting: `{json.dumps(s.get('specexit_exit'))}` (null = the draft's defaults).", ""]
+    md = [
+        "# SpecExit vs peer methods",
+        "",
+        f"{s['n']} problems ({s['ok']} ok, {s['errors']} with errors), temperatures "
+        f"{', '.join(by_t)}; one engine (EAGLE-3 + SpecExit draft) for every method but `plain`; latency = "
+        f"end-to-end per request at concurrency 1, probes included (oracle: its replay only, probing "
+        f"listed separately). SpecExit exit setting: `{json.dumps(s.get('specexit_exit'))}` (null = the draft's defaults).",
+        "",
+    ]
     for t, d in by_t.items():
         md += [f"## T = {t}", ""] + method_table(d) + [""]
         sweep = d["sweeps"].get("budget", [])
         if sweep:
-            md += ["Static budget sweep:", "", "| budget | accuracy | think tokens | latency (ms) |", "|---|---|---|---|"]
-            md += [f"| {p['setting']} | {100 * p['accuracy']:.1f}% | {p['think_tokens']:.1f} | {1000 * p['latency_s']:.1f} |"
-                   for p in sweep if p.get("n")] + [""]
+            md += [
+                "Static budget sweep:",
+                "",
+                "| budget | accuracy | think tokens | latency (ms) |",
+                "|---|---|---|---|",
+            ]
+            md += [
+                f"| {p['setting']} | {100 * p['accuracy']:.1f}% | {p['think_tokens']:.1f} | {1000 * p['latency_s']:.1f} |"
+                for p in sweep
+                if p.get("n")
+            ] + [""]
         o = d["methods"].get("oracle", {})
         if o.get("probe_latency_s") is not None:
-            md += [f"Oracle probing (not in its latency): {o['probe_requests']:.1f} probes, "
-                   f"{1000 * o['probe_latency_s']:.1f} ms per problem.", ""]
+            md += [
+                f"Oracle probing (not in its latency): {o['probe_requests']:.1f} probes, "
+                f"{1000 * o['probe_latency_s']:.1f} ms per problem.",
+                "",
+            ]
     md += ["## Targets", "", "| T | target | value | required | result |", "|---|---|---|---|---|"]
     for t, checks in s.get("targets", {}).items():
         for name, c in checks.items():
@@ -225,8 +291,13 @@ def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Path
             md.append(f"| {t} | {name} | {json.dumps(c['value'])} | {c['target']} | {res} |")
     md += ["", "## Figures", "", "![accuracy vs think tokens](pareto.png)", "", "![latency](latency.png)", ""]
     if n_sig:
-        md += [f"Signals along {n_sig} greedy traces (vertical lines: SpecExit exit, oracle exit, natural end; "
-               "thin grey: paragraph breaks; dotted: thresholds):", "", "![signals](signals.png)", ""]
+        md += [
+            f"Signals along {n_sig} greedy traces (vertical lines: SpecExit exit, oracle exit, natural end; "
+            "thin grey: paragraph breaks; dotted: thresholds):",
+            "",
+            "![signals](signals.png)",
+            "",
+        ]
     path = out / "report.md"
     path.write_text("\n".join(md) + "\n")
     return path
@@ -250,4 +321,3 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     print(write_report(a.run_dir, a.out))
     return 0
-

@@ -3,6 +3,7 @@
 import sys
 
 from pipelines.common.stage_cli import main
+from pipelines.traces.config import TracesConfig
 from pipelines.traces.job import run
 
-sys.exit(main("traces", run))
+sys.exit(main("traces", TracesConfig, run))

@@ -12,12 +12,12 @@ import logging
 import time
 
 from pipelines.common.parts import clean_tmp, done_ids, tally, write_part
+from pipelines.common.prompt_source import read_prompts
 from pipelines.common.runtime import engine_env, engine_placement, init_ray, stable_seed, use_gpu
 from pipelines.common.schemas import TRACES, empty_row, to_table
 from pipelines.common.tokens import load_tokenizer, think_opened, token_ids
 from pipelines.common.writer import engine_rate, write_parts
 from pipelines.traces.config import TracesConfig
-from pipelines.traces.sources import read_prompts
 
 log = logging.getLogger("specexit.pipelines.traces")
 
@@ -41,7 +41,9 @@ def build_trace_processor(cfg: TracesConfig, gpu: bool):
     system = cfg.system_prompt
 
     def preprocess(row: dict) -> dict:
-        msgs = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": row["input_prompt"]}]
+        msgs = ([{"role": "system", "content": system}] if system else []) + [
+            {"role": "user", "content": row["input_prompt"]}
+        ]
         sp = dict(temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_tokens)
         if s.top_k is not None:
             sp["top_k"] = s.top_k
@@ -49,8 +51,12 @@ def build_trace_processor(cfg: TracesConfig, gpu: bool):
             sp["seed"] = stable_seed(s.seed, row["id"])
         return dict(messages=msgs, sampling_params=sp)
 
-    return build_processor(proc_cfg, preprocess=preprocess, postprocess=lambda row: row,
-                           builder_kwargs=dict(chat_template_kwargs=cfg.chat_template_kwargs or None))
+    return build_processor(
+        proc_cfg,
+        preprocess=preprocess,
+        postprocess=lambda row: row,
+        builder_kwargs=dict(chat_template_kwargs=cfg.chat_template_kwargs or None),
+    )
 
 
 def finalize(row: dict, *, ids: dict, think_start_text: str, think_end_text: str) -> dict:
@@ -76,10 +82,22 @@ def finalize(row: dict, *, ids: dict, think_start_text: str, think_end_text: str
     m = row.get("metrics") or {}
     t0 = m.get("arrival_time")  # wall clock; the other stamps are engine-core monotonic
     t1 = t0 + max(0.0, m.get("last_token_ts", 0.0) - m.get("queued_ts", 0.0)) if t0 else None
-    return dict(base, _t0=t0, _t1=t1, status="ok", error=None, prompt_token_ids=prompt_ids, completion_token_ids=comp,
-                completion_text=text, reasoning=reasoning.strip("\n"), answer=answer.strip(),
-                finished_think=closed, finish_reason=finish, num_prompt_tokens=len(prompt_ids),
-                num_completion_tokens=len(comp))
+    return dict(
+        base,
+        _t0=t0,
+        _t1=t1,
+        status="ok",
+        error=None,
+        prompt_token_ids=prompt_ids,
+        completion_token_ids=comp,
+        completion_text=text,
+        reasoning=reasoning.strip("\n"),
+        answer=answer.strip(),
+        finished_think=closed,
+        finish_reason=finish,
+        num_prompt_tokens=len(prompt_ids),
+        num_completion_tokens=len(comp),
+    )
 
 
 def run(cfg: TracesConfig) -> dict:
@@ -89,39 +107,65 @@ def run(cfg: TracesConfig) -> dict:
 
     gpu = use_gpu(cfg.engine.accelerator)
     tok = load_tokenizer(cfg.engine.model)
-    tids = token_ids(tok, think_start=cfg.think_start, think_end=cfg.think_end, split_tokens=[],  # splits: labels' job
-                     model_dir=cfg.engine.model)
+    tids = token_ids(
+        tok,
+        think_start=cfg.think_start,
+        think_end=cfg.think_end,
+        split_tokens=[],  # splits: labels' job
+        model_dir=cfg.engine.model,
+    )
     rows = read_prompts(cfg.input, cfg.limit)
     expected = [r["id"] for r in rows]
     stale = clean_tmp(cfg.output)
     already = done_ids(cfg.output)
     todo = [r for r in rows if r["id"] not in already]
-    log.info("traces: %d input rows, %d already in %s, %d to do (%d stale temp files removed); engine on %s",
-             len(rows), len(rows) - len(todo), cfg.output, len(todo), stale, "GPU" if gpu else "CPU")
+    log.info(
+        "traces: %d input rows, %d already in %s, %d to do (%d stale temp files removed); engine on %s",
+        len(rows),
+        len(rows) - len(todo),
+        cfg.output,
+        len(todo),
+        stale,
+        "GPU" if gpu else "CPU",
+    )
 
     bad = [r for r in todo if r["error"] is not None]
     for i in range(0, len(bad), cfg.chunk_rows):  # invalid rows never reach the engine
-        chunk = bad[i:i + cfg.chunk_rows]
-        write_part(cfg.output, to_table([empty_row(TRACES, r["id"], r["error"], prompt=r["prompt"], gold=r["gold"])
-                                         for r in chunk], TRACES))
+        chunk = bad[i : i + cfg.chunk_rows]
+        write_part(
+            cfg.output,
+            to_table(
+                [empty_row(TRACES, r["id"], r["error"], prompt=r["prompt"], gold=r["gold"]) for r in chunk], TRACES
+            ),
+        )
     good = [{"id": r["id"], "input_prompt": r["prompt"], "gold": r["gold"]} for r in todo if r["error"] is None]
     written = {"rows": len(bad)}
     if good:
         ds = ray.data.from_items(good, override_num_blocks=max(1, min(len(good) // cfg.chunk_rows, 200)))
         ds = build_trace_processor(cfg, gpu)(ds)
-        ds = ds.map(finalize, fn_kwargs=dict(ids={"eos": set(tids.eos), "think_start": tids.think_start,
-                                                  "think_end": tids.think_end},
-                                             think_start_text=cfg.think_start, think_end_text=cfg.think_end),
-                    num_cpus=0.25)
-        res = write_parts(ds, folder=cfg.output, schema_name="traces", chunk_rows=cfg.chunk_rows,
-                          total=len(good), stage="traces")
+        ds = ds.map(
+            finalize,
+            fn_kwargs=dict(
+                ids={"eos": set(tids.eos), "think_start": tids.think_start, "think_end": tids.think_end},
+                think_start_text=cfg.think_start,
+                think_end_text=cfg.think_end,
+            ),
+            num_cpus=0.25,
+        )
+        res = write_parts(
+            ds, folder=cfg.output, schema_name="traces", chunk_rows=cfg.chunk_rows, total=len(good), stage="traces"
+        )
         written["rows"] += res["rows"]
         written["timing"] = res
     summary = tally(cfg.output, expected)
     secs = time.time() - t0
-    summary.update(stage="traces", output=cfg.output, skipped_already_done=len(rows) - len(todo),
-                   processed_this_run=written["rows"], seconds=round(secs, 1),
-                   rows_per_s=round(written["rows"] / secs, 3) if secs > 0 else None)
+    summary.update(
+        stage="traces",
+        output=cfg.output,
+        skipped_already_done=len(rows) - len(todo),
+        processed_this_run=written["rows"],
+        seconds=round(secs, 1),
+        rows_per_s=round(written["rows"] / secs, 3) if secs > 0 else None,
+    )
     summary["engine_rows_per_s"], summary["engine_busy_s"] = engine_rate(written.get("timing"))
     return summary
-

@@ -3,6 +3,7 @@
 import sys
 
 from pipelines.common.stage_cli import main
+from pipelines.train_draft.config import TrainDraftConfig
 from pipelines.train_draft.job import run
 
-sys.exit(main("train_draft", run))
+sys.exit(main("train_draft", TrainDraftConfig, run))

@@ -29,8 +29,16 @@ from specexit_core.draft.vocab import draft_vocab_from_counts
 
 log = logging.getLogger("specexit.pipelines.train_draft")
 
-COLUMNS = ["id", "status", "prompt_token_ids", "completion_token_ids", "confidence", "progress", "log_remaining",
-           "mask"]
+COLUMNS = [
+    "id",
+    "status",
+    "prompt_token_ids",
+    "completion_token_ids",
+    "confidence",
+    "progress",
+    "log_remaining",
+    "mask",
+]
 
 
 def events_path(cfg: TrainDraftConfig) -> Path:
@@ -58,7 +66,9 @@ def prepare_init_draft(cfg: TrainDraftConfig, run_dir: Path, must_keep: list[int
         init = convert(src, run_dir / "init_draft", add_signals=True)
         log.info("train_draft: %s is a stock EAGLE-3 draft; added zero-initialised signal rows", src)
     if cfg.draft_vocab_size is not None and cfg.draft_vocab_size != dcfg.draft_vocab_size:
-        raise SystemExit(f"train_draft: draft_vocab_size {cfg.draft_vocab_size} != init_draft's {dcfg.draft_vocab_size}")
+        raise SystemExit(
+            f"train_draft: draft_vocab_size {cfg.draft_vocab_size} != init_draft's {dcfg.draft_vocab_size}"
+        )
     t = load_file(str(Path(init) / "model.safetensors"))
     d2t, t2d = t["d2t"].long(), t["t2d"].to(torch.bool)
     missing = [i for i in must_keep if not bool(t2d[i])]
@@ -89,11 +99,16 @@ def run(cfg: TrainDraftConfig) -> dict:
     tcfg = AutoConfig.from_pretrained(cfg.target)
     vocab = tcfg.vocab_size
     tok = load_tokenizer(cfg.target)
-    tids = token_ids(tok, think_start=cfg.think_start, think_end=cfg.think_end, split_tokens=cfg.split_tokens,
-                     model_dir=cfg.target)
+    tids = token_ids(
+        tok, think_start=cfg.think_start, think_end=cfg.think_end, split_tokens=cfg.split_tokens, model_dir=cfg.target
+    )
     counts = np.zeros(vocab, dtype=np.int64)
-    for r in ds.map_batches(count_tokens, fn_kwargs={"column": "completion_token_ids", "vocab_size": vocab},
-                            batch_format="pyarrow", num_cpus=0.25).iter_rows():
+    for r in ds.map_batches(
+        count_tokens,
+        fn_kwargs={"column": "completion_token_ids", "vocab_size": vocab},
+        batch_format="pyarrow",
+        num_cpus=0.25,
+    ).iter_rows():
         counts += np.asarray(r["counts"], dtype=np.int64)
     run_dir = Path(cfg.storage_path) / cfg.run_name
     init_dir = None
@@ -102,9 +117,14 @@ def run(cfg: TrainDraftConfig) -> dict:
     else:
         d2t, t2d = draft_vocab_from_counts(counts, cfg.draft_vocab_size, [tids.think_end, *tids.split, *tids.eos])
     covered = float(counts[t2d.numpy()].sum() / max(counts.sum(), 1))
-    log.info("train_draft: %d labeled rows (of %d); draft vocab %d covers %.1f%% of completion tokens%s",
-             len(train_ids), len(ids), int(t2d.sum()), 100 * covered,
-             f"; fine-tuning {cfg.init_draft}" if cfg.init_draft else "")
+    log.info(
+        "train_draft: %d labeled rows (of %d); draft vocab %d covers %.1f%% of completion tokens%s",
+        len(train_ids),
+        len(ids),
+        int(t2d.sum()),
+        100 * covered,
+        f"; fine-tuning {cfg.init_draft}" if cfg.init_draft else "",
+    )
 
     train_ds = ds.select_columns(COLUMNS[2:])
     if cfg.cache_data:
@@ -112,17 +132,27 @@ def run(cfg: TrainDraftConfig) -> dict:
     gpu = use_gpu("auto") if cfg.use_gpu == "auto" else cfg.use_gpu
     trainer = TorchTrainer(
         train_loop,
-        train_loop_config={"cfg": cfg.model_dump(mode="json"), "d2t": d2t.tolist(), "t2d": t2d.tolist(),
-                           "pad_id": tids.pad, "eos_id": tids.eos[0], "run_dir": str(run_dir),
-                           "token_ids": {"think_start": tids.think_start, "think_end": tids.think_end,
-                                         "split": list(tids.split)},
-                           "events": str(events_path(cfg)), "init_draft": init_dir},
-        scaling_config=ScalingConfig(num_workers=cfg.num_workers, use_gpu=gpu,
-                                     resources_per_worker=None if gpu else {"CPU": 1}),
+        train_loop_config={
+            "cfg": cfg.model_dump(mode="json"),
+            "d2t": d2t.tolist(),
+            "t2d": t2d.tolist(),
+            "pad_id": tids.pad,
+            "eos_id": tids.eos[0],
+            "run_dir": str(run_dir),
+            "token_ids": {"think_start": tids.think_start, "think_end": tids.think_end, "split": list(tids.split)},
+            "events": str(events_path(cfg)),
+            "init_draft": init_dir,
+        },
+        scaling_config=ScalingConfig(
+            num_workers=cfg.num_workers, use_gpu=gpu, resources_per_worker=None if gpu else {"CPU": 1}
+        ),
         datasets={"train": train_ds},
-        run_config=RunConfig(name=cfg.run_name, storage_path=cfg.storage_path,
-                             checkpoint_config=CheckpointConfig(num_to_keep=cfg.num_to_keep),
-                             failure_config=FailureConfig(max_failures=cfg.max_failures)),
+        run_config=RunConfig(
+            name=cfg.run_name,
+            storage_path=cfg.storage_path,
+            checkpoint_config=CheckpointConfig(num_to_keep=cfg.num_to_keep),
+            failure_config=FailureConfig(max_failures=cfg.max_failures),
+        ),
     )
     result = trainer.fit()
     if result.checkpoint is None:
@@ -134,13 +164,28 @@ def run(cfg: TrainDraftConfig) -> dict:
         shutil.copytree(Path(d) / DRAFT_SUBDIR, out)
     metrics = {k: v for k, v in (result.metrics or {}).items() if isinstance(v, (int, float))}
     starts = [e for e in read_events(cfg) if e["event"] == "start"]
-    meta = {"train_config": cfg.model_dump(mode="json"), "final_metrics": metrics, "checkpoint": result.checkpoint.path,
-            "draft_vocab_coverage": covered, "labeled_rows": len(train_ids)}
+    meta = {
+        "train_config": cfg.model_dump(mode="json"),
+        "final_metrics": metrics,
+        "checkpoint": result.checkpoint.path,
+        "draft_vocab_coverage": covered,
+        "labeled_rows": len(train_ids),
+    }
     (out / "specexit_train.json").write_text(json.dumps(meta, indent=2) + "\n")
     secs = time.time() - t0
-    return {"stage": "train_draft", "complete": True, "output": str(out), "run_name": cfg.run_name,
-            "checkpoint": result.checkpoint.path, "step": metrics.get("step"), "loss": metrics.get("loss"),
-            "input_rows": len(ids), "ok": len(train_ids), "errors": len(ids) - len(train_ids),
-            "worker_group_starts": len(starts), "resumed_from_steps": [e["step"] for e in starts if e.get("resumed")],
-            "seconds": round(secs, 1), "rows_per_s": round(len(train_ids) / secs, 3)}
-
+    return {
+        "stage": "train_draft",
+        "complete": True,
+        "output": str(out),
+        "run_name": cfg.run_name,
+        "checkpoint": result.checkpoint.path,
+        "step": metrics.get("step"),
+        "loss": metrics.get("loss"),
+        "input_rows": len(ids),
+        "ok": len(train_ids),
+        "errors": len(ids) - len(train_ids),
+        "worker_group_starts": len(starts),
+        "resumed_from_steps": [e["step"] for e in starts if e.get("resumed")],
+        "seconds": round(secs, 1),
+        "rows_per_s": round(len(train_ids) / secs, 3),
+    }

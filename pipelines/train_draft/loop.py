@@ -41,13 +41,15 @@ def default_aux_layers(n_layers: int) -> tuple[int, int, int]:
     return ids
 
 
-def build_draft(target, cfg: TrainDraftConfig, d2t: torch.Tensor, t2d: torch.Tensor,
-                token_ids: dict | None = None) -> SpecExitDraft:
+def build_draft(
+    target, cfg: TrainDraftConfig, d2t: torch.Tensor, t2d: torch.Tensor, token_ids: dict | None = None
+) -> SpecExitDraft:
     """`token_ids` ({think_start, think_end, split}) go into the draft config: the vLLM plugin's
     exit policy reads them from there."""
     aux = cfg.aux_layer_ids or default_aux_layers(target.config.num_hidden_layers)
-    dcfg = DraftConfig.for_target(target.config, aux_layer_ids=aux, draft_vocab_size=cfg.draft_vocab_size,
-                                  token_ids=token_ids)
+    dcfg = DraftConfig.for_target(
+        target.config, aux_layer_ids=aux, draft_vocab_size=cfg.draft_vocab_size, token_ids=token_ids
+    )
     draft = SpecExitDraft(dcfg)
     draft.d2t.copy_(d2t)
     draft.t2d.copy_(t2d)
@@ -92,8 +94,12 @@ def _save(inner: SpecExitObjective, opt, step: int, cfg: TrainDraftConfig, metri
 
     d = tempfile.mkdtemp(prefix="specexit-ckpt-")
     torch.save({"objective": inner.state_dict(), "optimizer": opt.state_dict(), "step": step}, os.path.join(d, STATE))
-    save_draft(inner.draft, os.path.join(d, DRAFT_SUBDIR), include_embed=cfg.include_embed,
-               extra={"specexit_train": {"step": step, **{k: metrics[k] for k in ("loss", "token_loss") if k in metrics}}})
+    save_draft(
+        inner.draft,
+        os.path.join(d, DRAFT_SUBDIR),
+        include_embed=cfg.include_embed,
+        extra={"specexit_train": {"step": step, **{k: metrics[k] for k in ("loss", "token_loss") if k in metrics}}},
+    )
     return d, Checkpoint.from_directory(d)
 
 
@@ -119,18 +125,28 @@ def train_loop(config: dict) -> None:
     for p in target.parameters():
         p.requires_grad_(False)
     if config.get("init_draft"):  # fine-tune an existing draft (its vocab maps came with it)
-        draft = load_draft(config["init_draft"], target_embed=target.get_input_embeddings().weight.detach().float().cpu(),
-                           expect_signals=True).train()
+        draft = load_draft(
+            config["init_draft"],
+            target_embed=target.get_input_embeddings().weight.detach().float().cpu(),
+            expect_signals=True,
+        ).train()
         draft.cfg = draft.cfg.replace(token_ids=config.get("token_ids"))
     else:
-        draft = build_draft(target, cfg, torch.tensor(config["d2t"]), torch.tensor(config["t2d"], dtype=torch.bool),
-                            config.get("token_ids"))
+        draft = build_draft(
+            target,
+            cfg,
+            torch.tensor(config["d2t"]),
+            torch.tensor(config["t2d"], dtype=torch.bool),
+            config.get("token_ids"),
+        )
     autocast = auto_on_gpu(cfg.bf16_autocast, device.type)
     recompute = auto_on_gpu(cfg.recompute, device.type)
-    objective = SpecExitObjective(draft, LossConfig(unroll=cfg.unroll, weighting=cfg.weighting,
-                                                    recompute=recompute)).to(device)
-    opt = torch.optim.AdamW([p for p in objective.parameters() if p.requires_grad], lr=cfg.lr, betas=(0.9, 0.95),
-                            weight_decay=0.0)
+    objective = SpecExitObjective(
+        draft, LossConfig(unroll=cfg.unroll, weighting=cfg.weighting, recompute=recompute)
+    ).to(device)
+    opt = torch.optim.AdamW(
+        [p for p in objective.parameters() if p.requires_grad], lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0
+    )
 
     step = 0
     ckpt = ray.train.get_checkpoint()
@@ -142,13 +158,16 @@ def train_loop(config: dict) -> None:
         step = int(state["step"])
     if rank == 0:
         _event(config.get("events"), event="start", step=step, world_size=world, resumed=ckpt is not None)
-        _say(f"[train] rank 0/{world}: {'resuming from step ' + str(step) if ckpt else 'starting'}; "
-              f"{sum(p.numel() for p in objective.parameters() if p.requires_grad) / 1e6:.2f}M trainable params; "
-              f"device {device}; bf16 autocast {autocast}, recompute {recompute}")
+        _say(
+            f"[train] rank 0/{world}: {'resuming from step ' + str(step) if ckpt else 'starting'}; "
+            f"{sum(p.numel() for p in objective.parameters() if p.requires_grad) / 1e6:.2f}M trainable params; "
+            f"device {device}; bf16 autocast {autocast}, recompute {recompute}"
+        )
 
     # Learned weights exist only in "uncertainty" mode; other modes leave log_vars out of the graph.
     model = ray.train.torch.prepare_model(
-        objective, parallel_strategy_kwargs={"find_unused_parameters": cfg.weighting != "uncertainty"})
+        objective, parallel_strategy_kwargs={"find_unused_parameters": cfg.weighting != "uncertainty"}
+    )
     inner = model.module if hasattr(model, "module") else model
     shard = ray.train.get_dataset_shard("train")
     eos = config["eos_id"]
@@ -158,16 +177,28 @@ def train_loop(config: dict) -> None:
     while step < cfg.steps:
         n_batches = 0
         t_mark = time.time()
-        for nb in shard.iter_batches(batch_size=cfg.batch_size, batch_format="numpy",
-                                     local_shuffle_buffer_size=4 * cfg.batch_size,
-                                     local_shuffle_seed=cfg.seed + 1000 * epoch + step):
+        for nb in shard.iter_batches(
+            batch_size=cfg.batch_size,
+            batch_format="numpy",
+            local_shuffle_buffer_size=4 * cfg.batch_size,
+            local_shuffle_seed=cfg.seed + 1000 * epoch + step,
+        ):
             if step >= cfg.steps:
                 break
             n_batches += 1
             for g in opt.param_groups:
                 g["lr"] = lr_at(cfg, step)
-            batch = _to(collate(nb["prompt_token_ids"], nb["completion_token_ids"], nb, pad_id=config["pad_id"],
-                                eos_id=eos, max_len=cfg.max_seq_len), device)
+            batch = _to(
+                collate(
+                    nb["prompt_token_ids"],
+                    nb["completion_token_ids"],
+                    nb,
+                    pad_id=config["pad_id"],
+                    eos_id=eos,
+                    max_len=cfg.max_seq_len,
+                ),
+                device,
+            )
             t_data += time.time() - t_mark
             t_mark = time.time()
             logs = train_step(model, opt, target, batch, grad_clip=cfg.grad_clip, autocast=autocast)
@@ -179,12 +210,20 @@ def train_loop(config: dict) -> None:
             if not (is_log or is_ckpt):
                 continue
             metrics = {k: float(v) for k, v in logs.items()}
-            metrics.update(step=step, lr=lr_at(cfg, step - 1), epoch=epoch, seconds=round(time.time() - t0, 1),
-                           data_s=round(t_data, 2), compute_s=round(t_step, 2))
+            metrics.update(
+                step=step,
+                lr=lr_at(cfg, step - 1),
+                epoch=epoch,
+                seconds=round(time.time() - t0, 1),
+                data_s=round(t_data, 2),
+                compute_s=round(t_step, 2),
+            )
             if rank == 0 and is_log:
                 terms = " ".join(f"{k}={v:.4f}" for k, v in sorted(logs.items()))
-                _say(f"[train] step {step}/{cfg.steps} {terms} ({metrics['seconds']:.0f}s; data {t_data:.1f}s, "
-                     f"compute {t_step:.1f}s)")
+                _say(
+                    f"[train] step {step}/{cfg.steps} {terms} ({metrics['seconds']:.0f}s; data {t_data:.1f}s, "
+                    f"compute {t_step:.1f}s)"
+                )
             tmp, ck = _save(inner, opt, step, cfg, metrics) if (is_ckpt and rank == 0) else (None, None)
             ray.train.report(metrics, checkpoint=ck)  # a collective: every rank reports at the same steps
             if tmp:

@@ -32,16 +32,25 @@ def recipe_shape(cfg: TrainDraftConfig, *, device_type: str, seq_len: int | None
     if cfg.init_draft and Path(cfg.init_draft, "config.json").exists():
         dcfg = read_config(cfg.init_draft)
     elif cfg.draft_vocab_size is not None:
-        dcfg = DraftConfig.for_target(tcfg, aux_layer_ids=cfg.aux_layer_ids or default_aux_layers(tcfg.num_hidden_layers),
-                                      draft_vocab_size=cfg.draft_vocab_size)
+        dcfg = DraftConfig.for_target(
+            tcfg,
+            aux_layer_ids=cfg.aux_layer_ids or default_aux_layers(tcfg.num_hidden_layers),
+            draft_vocab_size=cfg.draft_vocab_size,
+        )
     else:
         raise SystemExit(f"memory: init_draft {cfg.init_draft} has no config.json and no draft_vocab_size is set")
-    return TrainShape(target=TargetShape.from_hf(tcfg), draft=dcfg, batch_size=cfg.batch_size,
-                      seq_len=seq_len or cfg.max_seq_len or tcfg.max_position_embeddings, unroll=cfg.unroll,
-                      target_dtype_bytes=DTYPE_BYTES[cfg.target_dtype],
-                      autocast=auto_on_gpu(cfg.bf16_autocast, device_type),
-                      recompute=auto_on_gpu(cfg.recompute, device_type), world_size=cfg.num_workers,
-                      loss_chunk_tokens=LossConfig().loss_chunk_tokens)
+    return TrainShape(
+        target=TargetShape.from_hf(tcfg),
+        draft=dcfg,
+        batch_size=cfg.batch_size,
+        seq_len=seq_len or cfg.max_seq_len or tcfg.max_position_embeddings,
+        unroll=cfg.unroll,
+        target_dtype_bytes=DTYPE_BYTES[cfg.target_dtype],
+        autocast=auto_on_gpu(cfg.bf16_autocast, device_type),
+        recompute=auto_on_gpu(cfg.recompute, device_type),
+        world_size=cfg.num_workers,
+        loss_chunk_tokens=LossConfig().loss_chunk_tokens,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,12 +65,24 @@ def main(argv: list[str] | None = None) -> int:
     shape = recipe_shape(cfg, device_type=device, seq_len=args.seq_len)
     est = estimate_train_memory(shape)
     if args.json:
-        print(json.dumps({"config": args.config, "device": device, "batch_size": shape.batch_size,
-                          "seq_len": shape.seq_len, "autocast": shape.autocast, "recompute": shape.recompute,
-                          **est.as_json()}))
+        print(
+            json.dumps(
+                {
+                    "config": args.config,
+                    "device": device,
+                    "batch_size": shape.batch_size,
+                    "seq_len": shape.seq_len,
+                    "autocast": shape.autocast,
+                    "recompute": shape.recompute,
+                    **est.as_json(),
+                }
+            )
+        )
         return 0
-    print(f"{args.config}: {cfg.target}, {cfg.num_workers} worker(s) x batch {shape.batch_size} x {shape.seq_len} "
-          f"tokens, unroll {shape.unroll}, {device} (bf16 autocast {shape.autocast}, recompute {shape.recompute})")
+    print(
+        f"{args.config}: {cfg.target}, {cfg.num_workers} worker(s) x batch {shape.batch_size} x {shape.seq_len} "
+        f"tokens, unroll {shape.unroll}, {device} (bf16 autocast {shape.autocast}, recompute {shape.recompute})"
+    )
     print(f"estimated peak per worker: {est.peak / GB:.2f} GB, in the {est.phase} phase (an estimate, not measured)")
     print("  phases: " + ", ".join(f"{k} {v / GB:.2f}" for k, v in est.phases.items()) + " GB")
     for k, v in est.parts.items():

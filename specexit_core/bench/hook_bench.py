@@ -33,9 +33,13 @@ class SyntheticDrafter:
     def __init__(self, hidden: int = 64, exit_defaults: dict | None = None, seed: int = 0):
         g = torch.Generator().manual_seed(seed)
         self.hidden = hidden
-        self.config = SimpleNamespace(specexit={
-            "signals": list(SIGNALS), "exit_defaults": exit_defaults,
-            "token_ids": {"think_start": THINK_START, "think_end": THINK_END, "split": [SPLIT]}})
+        self.config = SimpleNamespace(
+            specexit={
+                "signals": list(SIGNALS),
+                "exit_defaults": exit_defaults,
+                "token_ids": {"think_start": THINK_START, "think_end": THINK_END, "split": [SPLIT]},
+            }
+        )
         self.weight = torch.randn(len(SIGNALS), 3 * hidden, generator=g) / (3 * hidden) ** 0.5
 
     def signal_weight(self) -> torch.Tensor:
@@ -71,10 +75,12 @@ class SyntheticRunner:
         self.positions = torch.tensor(pos, dtype=torch.int64)
         n = len(toks)
         counts = torch.tensor([len(ts) for _, ts, _ in batch])
-        sdm = SimpleNamespace(num_draft_tokens=[len(ts) - 1 for _, ts, _ in batch],
-                              cu_num_sampled_tokens=counts.cumsum(0), logits_indices=torch.arange(n))
-        return SimpleNamespace(spec_decode_metadata=sdm, aux_hidden_states=aux,
-                               logits=torch.zeros(n, vocab))
+        sdm = SimpleNamespace(
+            num_draft_tokens=[len(ts) - 1 for _, ts, _ in batch],
+            cu_num_sampled_tokens=counts.cumsum(0),
+            logits_indices=torch.arange(n),
+        )
+        return SimpleNamespace(spec_decode_metadata=sdm, aux_hidden_states=aux, logits=torch.zeros(n, vocab))
 
 
 def greedy_rejection(logits: torch.Tensor, draft: torch.Tensor, num_draft: list[int]) -> torch.Tensor:
@@ -86,8 +92,17 @@ def greedy_rejection(logits: torch.Tensor, draft: torch.Tensor, num_draft: list[
     return match.sum(dim=1)
 
 
-def run_hook_bench(sizes=SIZES, k: int = 3, steps: int = 40, warmup: int = 5, split_share: float = 0.05,
-                   accept: float = 0.7, hidden: int = 64, vocab: int = 4096, seed: int = 0) -> dict:
+def run_hook_bench(
+    sizes=SIZES,
+    k: int = 3,
+    steps: int = 40,
+    warmup: int = 5,
+    split_share: float = 0.05,
+    accept: float = 0.7,
+    hidden: int = 64,
+    vocab: int = 4096,
+    seed: int = 0,
+) -> dict:
     rng = random.Random(seed)
     hook_us: dict[str, float] = {}
     base_us: dict[str, float] = {}
@@ -110,8 +125,7 @@ def _bench_size(n, k, steps, warmup, split_share, accept, hidden, vocab, seed, r
     committed: dict[str, list[int]] = {}
     for i in range(n):
         rid = f"r{i}"
-        runner.add(rid, n_prompt=100, extra_args={"specexit_method": "progress",
-                                                  "specexit_progress_threshold": 0.999})
+        runner.add(rid, n_prompt=100, extra_args={"specexit_method": "progress", "specexit_progress_threshold": 0.999})
         committed[rid] = [rng.randrange(4, vocab)]
 
     def token() -> int:
@@ -138,19 +152,28 @@ def _bench_size(n, k, steps, warmup, split_share, accept, hidden, vocab, seed, r
             a = 0
             while a < k and rng.random() < accept:
                 a += 1
-            committed[rid].extend(ts[1:1 + a] + [token()])
+            committed[rid].extend(ts[1 : 1 + a] + [token()])
     hook_us[str(n)] = round(t_hook / steps * 1e6, 1)
     base_us[str(n)] = round(t_base / steps * 1e6, 1)
 
 
 def main(sizes=SIZES, steps: int = 40, as_json: bool = True) -> int:
-    setup = {"k": 3, "steps": steps, "split_share": 0.05, "accept": 0.7, "vocab": 4096, "hidden": 64,
-             "torch_threads": 1}
+    setup = {
+        "k": 3,
+        "steps": steps,
+        "split_share": 0.05,
+        "accept": 0.7,
+        "vocab": 4096,
+        "hidden": 64,
+        "torch_threads": 1,
+    }
     res = run_hook_bench(sizes=sizes, steps=steps)
     if not as_json:
         for n in res["hook_us_per_step"]:
-            print(f"{n:>4} requests: hook {res['hook_us_per_step'][n]:9.1f} us/step, "
-                  f"sampling without hook {res['step_us_without_hook'][n]:9.1f} us/step")
+            print(
+                f"{n:>4} requests: hook {res['hook_us_per_step'][n]:9.1f} us/step, "
+                f"sampling without hook {res['step_us_without_hook'][n]:9.1f} us/step"
+            )
     print(json.dumps({"setup": setup}))
     print(json.dumps(res))
     return 0

@@ -19,11 +19,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from specexit_core.bench.spec_counters import SpecCounters, acceptance_length, attach
 from specexit_core.exit import NEVER_FIRES, load_exit_overrides
 from specexit_core.toy.paths import DRAFT_DIR, TEACHER_DIR
 from specexit_core.toy.task import grade, problems
 from specexit_core.vllm_env import apply_cpu_defaults, toy_llm_kwargs
-from specexit_core.bench.spec_counters import SpecCounters, acceptance_length, attach
 
 log = logging.getLogger("specexit.bench")
 
@@ -31,8 +31,13 @@ log = logging.getLogger("specexit.bench")
 def _engine(draft_dir: Path, k: int):
     from vllm import LLM
 
-    return LLM(**toy_llm_kwargs(str(TEACHER_DIR), speculative_config={
-        "method": "eagle3", "model": str(draft_dir), "num_speculative_tokens": k}, disable_log_stats=False))
+    return LLM(
+        **toy_llm_kwargs(
+            str(TEACHER_DIR),
+            speculative_config={"method": "eagle3", "model": str(draft_dir), "num_speculative_tokens": k},
+            disable_log_stats=False,
+        )
+    )
 
 
 def _measure_all(engines: dict, prompts, golds, max_tokens: int, waves: int) -> dict:
@@ -53,7 +58,7 @@ def _measure_all(engines: dict, prompts, golds, max_tokens: int, waves: int) -> 
     outs = {m: [] for m in names}
     spec = {m: [0.0, 0.0] for m in names}  # this method's (drafts, accepted tokens), c1 runs only
     for i, p in enumerate(prompts):
-        for m in names[i % len(names):] + names[: i % len(names)]:
+        for m in names[i % len(names) :] + names[: i % len(names)]:
             before = counters[m].snapshot()
             t0 = time.perf_counter()
             outs[m].append(engines[m][0].generate([{"prompt_token_ids": p}], sps[m], use_tqdm=False)[0])
@@ -64,15 +69,19 @@ def _measure_all(engines: dict, prompts, golds, max_tokens: int, waves: int) -> 
     lat16 = {m: [] for m in names}
     for w in range(waves):
         batch = [{"prompt_token_ids": prompts[(w * 16 + i) % len(prompts)]} for i in range(16)]
-        for m in names[w % len(names):] + names[: w % len(names)]:
+        for m in names[w % len(names) :] + names[: w % len(names)]:
             t0 = time.perf_counter()
             engines[m][0].generate(batch, sps[m], use_tqdm=False)
             lat16[m].append(time.perf_counter() - t0)
     res = {}
     for m in names:
         close = engines[m][0].get_tokenizer().convert_tokens_to_ids("</think>")
-        think = [list(o.outputs[0].token_ids).index(close) if close in o.outputs[0].token_ids
-                 else len(o.outputs[0].token_ids) for o in outs[m]]
+        think = [
+            list(o.outputs[0].token_ids).index(close)
+            if close in o.outputs[0].token_ids
+            else len(o.outputs[0].token_ids)
+            for o in outs[m]
+        ]
         res[m] = {
             "accuracy": sum(grade(o.outputs[0].text, g) for o, g in zip(outs[m], golds)) / len(golds),
             "think_tokens": statistics.mean(think),
@@ -90,9 +99,10 @@ def run_bench(n: int = 50, k: int = 3, max_tokens: int = 400, waves: int = 3, ex
     """`exit_config`: a calibrated JSON (`specexit calibrate`, {"exit": {...}}) for the `specexit`
     method's requests; None = the draft's defaults (the paper's thresholds for the shipped draft)."""
     apply_cpu_defaults()
+    from transformers import AutoTokenizer
+
     from specexit_core.draft.checkpoint import convert
     from specexit_core.toy.teacher_eval import prompt_ids
-    from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(TEACHER_DIR))
     probs = problems("test", n, seed=1234)
@@ -107,8 +117,13 @@ def run_bench(n: int = 50, k: int = 3, max_tokens: int = 400, waves: int = 3, ex
         stock = _engine(convert(DRAFT_DIR, Path(tmp) / "stock", add_signals=False), k)
         spec = _engine(DRAFT_DIR, k)
         never = {"specexit": dict(NEVER_FIRES)}
-        res["methods"] = _measure_all({"eagle3": (stock, None), "specexit_never_fires": (spec, never),
-                                       "specexit": (spec, spec_args)}, prompts, golds, max_tokens, waves)
+        res["methods"] = _measure_all(
+            {"eagle3": (stock, None), "specexit_never_fires": (spec, never), "specexit": (spec, spec_args)},
+            prompts,
+            golds,
+            max_tokens,
+            waves,
+        )
         for llm in (stock, spec):
             llm.llm_engine.engine_core.shutdown()
     e, s, nf = (res["methods"][m] for m in ("eagle3", "specexit", "specexit_never_fires"))
@@ -133,8 +148,10 @@ def main(n: int, as_json: bool, exit_config: str | None = None) -> int:
         print(f"{'method':22s} {'acc':>6s} {'think':>7s} {'lat c1':>8s} {'lat c16':>8s} {'accept':>7s}")
         for name, m in res["methods"].items():
             acc_len = m.get("acceptance_length")
-            print(f"{name:22s} {m['accuracy']:6.3f} {m['think_tokens']:7.1f} {m['latency_s']:8.3f} "
-                  f"{m['latency_s_c16'] or 0:8.3f} {acc_len if acc_len is None else round(acc_len, 2)!s:>7s}")
+            print(
+                f"{name:22s} {m['accuracy']:6.3f} {m['think_tokens']:7.1f} {m['latency_s']:8.3f} "
+                f"{m['latency_s_c16'] or 0:8.3f} {acc_len if acc_len is None else round(acc_len, 2)!s:>7s}"
+            )
         for k, v in res["ratios"].items():
             print(f"{k:40s} {v:.3f}" if v is not None else f"{k:40s} -")
     return 0

@@ -18,16 +18,18 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from specexit_core.exit import SIGNALS
 from specexit_core.draft.config import DraftConfig
 from specexit_core.draft.model import SpecExitDraft
+from specexit_core.exit import SIGNALS
 
 
 class CheckpointMismatch(ValueError):
     """A checkpoint whose tensors do not fit its (or the requested) draft config."""
 
 
-def save_draft(draft: SpecExitDraft, out_dir: str | Path, *, include_embed: bool = True, extra: dict | None = None) -> Path:
+def save_draft(
+    draft: SpecExitDraft, out_dir: str | Path, *, include_embed: bool = True, extra: dict | None = None
+) -> Path:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     sd = {k: v.detach().contiguous().clone() for k, v in draft.state_dict().items()}
@@ -56,9 +58,13 @@ def check_shapes(cfg: DraftConfig, tensors: dict[str, torch.Tensor], where: str 
             (h, n_aux_in): "a stock EAGLE-3 checkpoint (no signal rows)",
             (h + len(SIGNALS), n_aux_in): "a SpecExit checkpoint (3 signal rows)",
         }.get(fc, "neither a stock EAGLE-3 nor a SpecExit checkpoint")
-        fix = ("convert it with `specexit draft convert --add-signals`" if fc[0] == h
-               else "convert it with `specexit draft convert --strip-signals`" if fc[0] == h + len(SIGNALS)
-               else "check hidden sizes")
+        fix = (
+            "convert it with `specexit draft convert --add-signals`"
+            if fc[0] == h
+            else "convert it with `specexit draft convert --strip-signals`"
+            if fc[0] == h + len(SIGNALS)
+            else "check hidden sizes"
+        )
         raise CheckpointMismatch(
             f"{where}fc.weight has shape {list(fc)}, expected {list(want['fc.weight'])} for a "
             f"{'SpecExit' if cfg.signals else 'stock EAGLE-3'} draft: this is {kind}; {fix}"
@@ -75,8 +81,9 @@ def check_shapes(cfg: DraftConfig, tensors: dict[str, torch.Tensor], where: str 
         raise CheckpointMismatch(f"{where}unexpected tensors {sorted(extra)}")
 
 
-def load_draft(ckpt_dir: str | Path, *, target_embed: torch.Tensor | None = None,
-               expect_signals: bool | None = None) -> SpecExitDraft:
+def load_draft(
+    ckpt_dir: str | Path, *, target_embed: torch.Tensor | None = None, expect_signals: bool | None = None
+) -> SpecExitDraft:
     """Load a draft; `expect_signals=True/False` insists on a SpecExit / stock checkpoint."""
     ckpt_dir = Path(ckpt_dir)
     cfg = read_config(ckpt_dir)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Mapping, NamedTuple
+from typing import Any, NamedTuple
 
 from specexit_core.exit import SIGNALS, ExitConfig
 from specexit_core.signals import ACTIVATIONS
@@ -60,8 +61,9 @@ class DraftConfig:
         return self.hidden_size + self.n_signals
 
     @classmethod
-    def for_target(cls, target_cfg, *, aux_layer_ids, draft_vocab_size, signals=SIGNALS,
-                   token_ids: dict | None = None) -> "DraftConfig":
+    def for_target(
+        cls, target_cfg, *, aux_layer_ids, draft_vocab_size, signals=SIGNALS, token_ids: dict | None = None
+    ) -> DraftConfig:
         """A one-layer drafter shaped like the target (same hidden size, heads and head dim)."""
         return cls(
             hidden_size=target_cfg.hidden_size,
@@ -74,8 +76,10 @@ class DraftConfig:
             aux_layer_ids=tuple(int(i) for i in aux_layer_ids),
             target_hidden_size=target_cfg.hidden_size,
             rms_norm_eps=target_cfg.rms_norm_eps,
-            rope_theta=float(getattr(target_cfg, "rope_theta", None)
-                             or (getattr(target_cfg, "rope_parameters", None) or {}).get("rope_theta", 10000.0)),
+            rope_theta=float(
+                getattr(target_cfg, "rope_theta", None)
+                or (getattr(target_cfg, "rope_parameters", None) or {}).get("rope_theta", 10000.0)
+            ),
             max_position_embeddings=target_cfg.max_position_embeddings,
             signals=tuple(signals),
             token_ids=token_ids,
@@ -122,7 +126,7 @@ class DraftConfig:
         return d
 
     @classmethod
-    def from_hf_json(cls, d: dict) -> "DraftConfig":
+    def from_hf_json(cls, d: dict) -> DraftConfig:
         eagle = d.get("eagle_config") or {}
         ids = eagle.get("eagle_aux_hidden_state_layer_ids") or d.get("eagle_aux_hidden_state_layer_ids")
         if not ids:
@@ -149,7 +153,7 @@ class DraftConfig:
     def to_json(self) -> dict:
         return asdict(self)
 
-    def replace(self, **kw) -> "DraftConfig":
+    def replace(self, **kw) -> DraftConfig:
         known = {f.name for f in fields(self)}
         bad = set(kw) - known
         if bad:
@@ -159,6 +163,7 @@ class DraftConfig:
 
 class SpecExitFields(NamedTuple):
     """What a draft config says about SpecExit (its `specexit` block); empty for a stock EAGLE-3 draft."""
+
     signals: tuple[str, ...]
     token_ids: dict | None
     exit_defaults: dict | None
@@ -170,5 +175,8 @@ def read_specexit_fields(config: Mapping[str, Any] | Any) -> SpecExitFields:
     the vLLM plugin, which only has vLLM's config object, too)."""
     block = config.get("specexit") if isinstance(config, Mapping) else getattr(config, "specexit", None)
     block = block or {}
-    return SpecExitFields(signals=tuple(block.get("signals", ())), token_ids=block.get("token_ids"),
-                          exit_defaults=block.get("exit_defaults"))
+    return SpecExitFields(
+        signals=tuple(block.get("signals", ())),
+        token_ids=block.get("token_ids"),
+        exit_defaults=block.get("exit_defaults"),
+    )

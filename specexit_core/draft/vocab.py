@@ -19,8 +19,9 @@ def build_draft_vocab(
     return draft_vocab_from_counts(counts, draft_vocab_size, always)
 
 
-def draft_vocab_from_counts(counts, draft_vocab_size: int, always: Iterable[int] = ()
-                            ) -> tuple[torch.Tensor, torch.Tensor]:
+def draft_vocab_from_counts(
+    counts, draft_vocab_size: int, always: Iterable[int] = ()
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Returns (d2t [N] long: target_id - draft_id, t2d [V] bool: target token is in the draft vocab)
     from `counts[token_id]` over V = len(counts) target tokens.
 

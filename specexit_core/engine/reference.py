@@ -20,10 +20,11 @@ from dataclasses import dataclass
 import torch
 
 from specexit_core.draft.model import DraftKV, SpecExitDraft
+from specexit_core.engine.types import AcceptanceStats, GenerationRequest, GenerationResult
+from specexit_core.engine.verify import verify_greedy, verify_sampled
 from specexit_core.exit import ExitConfig, ExitTracker, split_token_ids
 from specexit_core.signals import activate
-from specexit_core.engine.verify import verify_greedy, verify_sampled
-from specexit_core.engine.types import AcceptanceStats, GenerationRequest, GenerationResult
+
 
 @dataclass
 class _Seq:
@@ -37,8 +38,16 @@ class _Seq:
 
 
 class ReferenceEngine:
-    def __init__(self, target, tokenizer, draft: SpecExitDraft | None = None, *, num_speculative_tokens: int = 3,
-                 exit_config: ExitConfig | None = None, split_ids: frozenset[int] | None = None):
+    def __init__(
+        self,
+        target,
+        tokenizer,
+        draft: SpecExitDraft | None = None,
+        *,
+        num_speculative_tokens: int = 3,
+        exit_config: ExitConfig | None = None,
+        split_ids: frozenset[int] | None = None,
+    ):
         self.target, self.tok, self.draft = target.eval(), tokenizer, draft
         self.k = num_speculative_tokens if draft is not None else 0
         self.exit_config = exit_config if exit_config is not None else ExitConfig()
@@ -61,8 +70,13 @@ class ReferenceEngine:
         if s.cache is None:
             s.cache = DynamicCache()
         pos = torch.arange(s.done, s.done + len(new))[None]
-        out = self.target(input_ids=torch.tensor([new]), position_ids=pos, past_key_values=s.cache,
-                          use_cache=True, output_hidden_states=self.aux_ids is not None)
+        out = self.target(
+            input_ids=torch.tensor([new]),
+            position_ids=pos,
+            past_key_values=s.cache,
+            use_cache=True,
+            output_hidden_states=self.aux_ids is not None,
+        )
         if self.aux_ids is not None:
             aux = torch.cat([out.hidden_states[i][0] for i in self.aux_ids], -1).float()
             s.feats.extend(aux.unbind(0))
@@ -80,8 +94,9 @@ class ReferenceEngine:
         d = self.draft
         idx = list(range(s.ddone, s.done))  # new draft indices: token seq[i+1], features i
         hid, _ = d.fuse(torch.stack([s.feats[i] for i in idx])[None])
-        logits, pre, _ = d.forward_cached(torch.tensor([[s.seq[i + 1] for i in idx]]), hid,
-                                          torch.tensor([idx]), s.dcache)
+        logits, pre, _ = d.forward_cached(
+            torch.tensor([[s.seq[i + 1] for i in idx]]), hid, torch.tensor([idx]), s.dcache
+        )
         s.ddone = s.done
         toks, qs = [], []
         last_logits, last_pre, pos = logits[0, -1], pre[:, -1:], s.done - 1
@@ -105,11 +120,27 @@ class ReferenceEngine:
     def _generate_one(self, req: GenerationRequest) -> GenerationResult:
         cfg = req.exit if req.exit is not None else self.exit_config
         use_exit = self.draft is not None and bool(self.draft.cfg.signals) and cfg.enabled
-        tracker = ExitTracker(cfg, split_token_ids=self.split_ids, think_start_id=self.think_start_id,
-                              think_end_id=self.think_end_id, in_think=True) if use_exit else None
+        tracker = (
+            ExitTracker(
+                cfg,
+                split_token_ids=self.split_ids,
+                think_start_id=self.think_start_id,
+                think_end_id=self.think_end_id,
+                in_think=True,
+            )
+            if use_exit
+            else None
+        )
         gen = torch.Generator().manual_seed(req.seed)
-        s = _Seq(seq=list(req.prompt_ids), n_prompt=len(req.prompt_ids), done=0, feats=[], cache=None,
-                 dcache=DraftKV(), ddone=0)
+        s = _Seq(
+            seq=list(req.prompt_ids),
+            n_prompt=len(req.prompt_ids),
+            done=0,
+            feats=[],
+            cache=None,
+            dcache=DraftKV(),
+            ddone=0,
+        )
         stats = AcceptanceStats()
         signals: list[tuple[float, float, float]] = []
         decision = None
@@ -150,8 +181,15 @@ class ReferenceEngine:
 
         out = s.seq[s.n_prompt :]
         think = out.index(self.think_end_id) if self.think_end_id in out else len(out)
-        return GenerationResult(token_ids=out, text=self.tok.decode(out), think_tokens=think, exit=decision,
-                                stats=stats, signals=signals, finish_reason=finish)
+        return GenerationResult(
+            token_ids=out,
+            text=self.tok.decode(out),
+            think_tokens=think,
+            exit=decision,
+            stats=stats,
+            signals=signals,
+            finish_reason=finish,
+        )
 
     def _round(self, s: _Seq, req: GenerationRequest, gen, stats: AcceptanceStats) -> list[int]:
         """One target forward: verify drafts (if any) and return the newly decided tokens."""

@@ -28,8 +28,12 @@ class AcceptanceStats:
         return (self.accepted + self.rounds) / self.rounds if self.rounds else 0.0
 
     def to_json(self) -> dict:
-        return {"rounds": self.rounds, "drafted": self.drafted, "accepted": self.accepted,
-                "mean_accept_len": self.mean_accept_len}
+        return {
+            "rounds": self.rounds,
+            "drafted": self.drafted,
+            "accepted": self.accepted,
+            "mean_accept_len": self.mean_accept_len,
+        }
 
 
 @dataclass

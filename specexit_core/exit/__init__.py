@@ -12,18 +12,33 @@ the per-token policy the engines run, its offline replay, and the paragraph-brea
 
 from specexit_core.exit.policy import ExitCheck, ExitDecision, ExitTracker, decide
 from specexit_core.exit.settings import (
-                                         EXIT_CONFIG_ENV,
-                                         NEVER_FIRES,
-                                         ExitConfig,
-                                         exit_overrides,
-                                         load_exit_overrides,
-                                         resolve_exit_config,
+    EXIT_CONFIG_ENV,
+    NEVER_FIRES,
+    ExitConfig,
+    exit_overrides,
+    load_exit_overrides,
+    resolve_exit_config,
 )
 from specexit_core.exit.signal_names import SIGNALS, parse_method
 from specexit_core.exit.smoothing import ewma, ewma_step
 from specexit_core.exit.split_tokens import split_token_ids
 from specexit_core.exit.thresholds import passes
 
-__all__ = ["EXIT_CONFIG_ENV", "NEVER_FIRES", "SIGNALS", "ExitCheck", "ExitConfig", "ExitDecision", "ExitTracker",
-           "decide", "ewma", "ewma_step", "exit_overrides", "load_exit_overrides", "parse_method", "passes",
-           "resolve_exit_config", "split_token_ids"]
+__all__ = [
+    "EXIT_CONFIG_ENV",
+    "NEVER_FIRES",
+    "SIGNALS",
+    "ExitCheck",
+    "ExitConfig",
+    "ExitDecision",
+    "ExitTracker",
+    "decide",
+    "ewma",
+    "ewma_step",
+    "exit_overrides",
+    "load_exit_overrides",
+    "parse_method",
+    "passes",
+    "resolve_exit_config",
+    "split_token_ids",
+]

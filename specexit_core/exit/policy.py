@@ -12,6 +12,7 @@ how tokens are grouped into verification rounds or when signals arrive, provided
 engine may not have a token's own signal yet when it appends it, so a split token's own
 signal is never used for its check.
 """
+
 from __future__ import annotations
 
 import copy
@@ -28,8 +29,8 @@ from specexit_core.exit.thresholds import passes
 
 @dataclass(frozen=True)
 class ExitDecision:
-    index: int         # generated-token index after which </think> is forced
-    reason: str        # "signals" or "max_think_tokens"
+    index: int  # generated-token index after which </think> is forced
+    reason: str  # "signals" or "max_think_tokens"
     think_tokens: int  # think tokens up to and including `index`
     # EWMA of all three signals over the think tokens before `index`; empty for budget
     # exits, which do not depend on signals (and whose signals may not have arrived).
@@ -39,6 +40,7 @@ class ExitDecision:
 @dataclass(frozen=True)
 class ExitCheck:
     """One threshold check: at split token `index`, what the tracker compared with the thresholds."""
+
     index: int
     think_tokens: int  # think tokens up to and including `index`
     smoothed: dict[str, float]
@@ -52,9 +54,16 @@ class ExitTracker:
     ``on_check`` (optional) sees every threshold check the tracker makes, passing or not:
     calibration's replay records them once and judges any threshold setting from them."""
 
-    def __init__(self, cfg: ExitConfig, *, split_token_ids: Iterable[int], think_start_id: int,
-                 think_end_id: int, in_think: bool = True,
-                 on_check: Callable[[ExitCheck], None] | None = None) -> None:
+    def __init__(
+        self,
+        cfg: ExitConfig,
+        *,
+        split_token_ids: Iterable[int],
+        think_start_id: int,
+        think_end_id: int,
+        in_think: bool = True,
+        on_check: Callable[[ExitCheck], None] | None = None,
+    ) -> None:
         self.cfg = cfg
         self._split = frozenset(split_token_ids)
         self._think_start, self._think_end = think_start_id, think_end_id
@@ -63,11 +72,11 @@ class ExitTracker:
         self._think_end_at: int | None = None  # index of </think>: no checks after it
         self._think_tokens = 0
         self._decision: ExitDecision | None = None
-        self._n_tokens = 0                # index of the next appended token
-        self._n_signals = 0               # index of the next add_signal
+        self._n_tokens = 0  # index of the next appended token
+        self._n_signals = 0  # index of the next add_signal
         self._pending: dict[int, tuple[float, ...]] = {}  # signals not yet folded in
         self._is_think: deque[bool] = deque()  # per token in [_applied, _n_tokens)
-        self._applied = 0                 # indices < this are folded into the EWMA
+        self._applied = 0  # indices < this are folded into the EWMA
         self._average: list[float] | None = None  # per signal, the EWMA over the think tokens so far
 
     def fork(self) -> ExitTracker:
@@ -159,7 +168,8 @@ class ExitTracker:
             raise RuntimeError(
                 f"exit check at split token {t} needs the signals of all earlier tokens, but those "
                 f"of token {self._applied} are missing (contract: add_signal for every index < t "
-                f"before append of token t)")
+                f"before append of token t)"
+            )
         if self._average is None:
             return  # no think-token signal yet: nothing to judge on
         s = dict(zip(SIGNALS, self._average))
@@ -169,14 +179,26 @@ class ExitTracker:
             self._decision = ExitDecision(t, "signals", self._think_tokens, s)
 
 
-def decide(token_ids: Sequence[int], signals: Sequence[Sequence[float]], cfg: ExitConfig, *,
-           split_token_ids: Iterable[int], think_start_id: int, think_end_id: int,
-           in_think: bool = True) -> ExitDecision | None:
+def decide(
+    token_ids: Sequence[int],
+    signals: Sequence[Sequence[float]],
+    cfg: ExitConfig,
+    *,
+    split_token_ids: Iterable[int],
+    think_start_id: int,
+    think_end_id: int,
+    in_think: bool = True,
+) -> ExitDecision | None:
     """Reference decision for a whole sequence (``signals[i]`` belongs to ``token_ids[i]``)."""
     if len(signals) != len(token_ids):
         raise ValueError(f"need one signal triple per token: {len(token_ids)} tokens, {len(signals)} signals")
-    tracker = ExitTracker(cfg, split_token_ids=split_token_ids, think_start_id=think_start_id,
-                          think_end_id=think_end_id, in_think=in_think)
+    tracker = ExitTracker(
+        cfg,
+        split_token_ids=split_token_ids,
+        think_start_id=think_start_id,
+        think_end_id=think_end_id,
+        in_think=in_think,
+    )
     for tok, sig in zip(token_ids, signals):
         tracker.add_signal(sig)
         decision = tracker.append(tok)

@@ -16,15 +16,27 @@ from specexit_core.exit.settings import NEVER_FIRES, ExitConfig
 from specexit_core.exit.thresholds import passes
 
 
-def exit_checks(token_ids: Sequence[int], signals: Sequence[Sequence[float]], *, alpha: float,
-                split_token_ids: Iterable[int], think_start_id: int, think_end_id: int,
-                in_think: bool = True) -> list[ExitCheck]:
+def exit_checks(
+    token_ids: Sequence[int],
+    signals: Sequence[Sequence[float]],
+    *,
+    alpha: float,
+    split_token_ids: Iterable[int],
+    think_start_id: int,
+    think_end_id: int,
+    in_think: bool = True,
+) -> list[ExitCheck]:
     """Every check an ExitTracker smoothing with `alpha` makes along the sequence (each split token
     inside the think segment with a smoothed think-token signal before it), with what it compares."""
     checks: list[ExitCheck] = []
-    tracker = ExitTracker(ExitConfig(alpha=alpha, **NEVER_FIRES), split_token_ids=split_token_ids,
-                          think_start_id=think_start_id, think_end_id=think_end_id, in_think=in_think,
-                          on_check=checks.append)
+    tracker = ExitTracker(
+        ExitConfig(alpha=alpha, **NEVER_FIRES),
+        split_token_ids=split_token_ids,
+        think_start_id=think_start_id,
+        think_end_id=think_end_id,
+        in_think=in_think,
+        on_check=checks.append,
+    )
     for tok, sig in zip(token_ids, signals):
         tracker.add_signal(sig)
         tracker.append(tok)
@@ -37,8 +49,9 @@ def first_exit(checks: Sequence[ExitCheck], cfg: ExitConfig) -> int | None:
     """The split-token index after which `cfg` exits (None: no exit), from the checks recorded
     with `cfg.alpha`; the tracker's rule: min_think_tokens reached and `passes`."""
     if cfg.max_think_tokens is not None:
-        raise ValueError("replay judges the signal exit at paragraph breaks only; a max_think_tokens "
-                         "budget needs the engine")
+        raise ValueError(
+            "replay judges the signal exit at paragraph breaks only; a max_think_tokens budget needs the engine"
+        )
     if not cfg.enabled:
         return None
     for c in checks:

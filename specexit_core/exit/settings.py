@@ -47,11 +47,11 @@ class ExitConfig(StrictModel):
 
     enabled: bool = True
     method: str = "confidence_progress_remain"
-    confidence_threshold: float = 0.8   # exit needs smoothed confidence > this
-    progress_threshold: float = 0.3     # ... and smoothed progress > this
+    confidence_threshold: float = 0.8  # exit needs smoothed confidence > this
+    progress_threshold: float = 0.3  # ... and smoothed progress > this
     remaining_threshold: float = 200.0  # ... and smoothed remaining < this
-    alpha: float = 0.1                  # EWMA weight of the newest value
-    min_think_tokens: int = 0           # no signal exit before this many think tokens
+    alpha: float = 0.1  # EWMA weight of the newest value
+    min_think_tokens: int = 0  # no signal exit before this many think tokens
     max_think_tokens: int | None = None  # hard budget: exit right after this many
 
     # -- types first (mode="before": pydantic's lax coercion would accept "0.8", True, 3.0) -----
@@ -120,8 +120,9 @@ class ExitConfig(StrictModel):
     @model_validator(mode="after")
     def _budget_after_minimum(self) -> ExitConfig:
         if self.max_think_tokens is not None and self.max_think_tokens < self.min_think_tokens:
-            raise ValueError(f"max_think_tokens ({self.max_think_tokens}) must be >= "
-                             f"min_think_tokens ({self.min_think_tokens})")
+            raise ValueError(
+                f"max_think_tokens ({self.max_think_tokens}) must be >= min_think_tokens ({self.min_think_tokens})"
+            )
         return self
 
     # -- API -------------------------------------------------------------------------------------
@@ -144,8 +145,7 @@ class ExitConfig(StrictModel):
         known = list(type(self).model_fields)
         unknown = sorted(str(k) for k in d if k not in known)
         if unknown:
-            raise ValueError(f"unknown exit config key(s): {', '.join(unknown)} "
-                             f"(known keys: {', '.join(known)})")
+            raise ValueError(f"unknown exit config key(s): {', '.join(unknown)} (known keys: {', '.join(known)})")
         try:
             return type(self).model_validate({**self.to_dict(), **dict(d)})
         except ValidationError as e:
@@ -188,8 +188,11 @@ def load_exit_overrides(source: str | Path) -> dict[str, Any]:
     return exit_overrides(data, where)
 
 
-def resolve_exit_config(draft_defaults: Mapping[str, Any] | None = None, server_env: str | None = None,
-                        request: Mapping[str, Any] | None = None) -> ExitConfig:
+def resolve_exit_config(
+    draft_defaults: Mapping[str, Any] | None = None,
+    server_env: str | None = None,
+    request: Mapping[str, Any] | None = None,
+) -> ExitConfig:
     """The effective exit setting, later layers winning: ExitConfig() (the paper's defaults) <- the
     draft's `exit_defaults` <- `server_env` (the value of $SPECEXIT_EXIT_CONFIG: inline JSON or a
     file) <- the request's overrides."""

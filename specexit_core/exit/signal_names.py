@@ -16,8 +16,9 @@ _METHOD_HELP = "confidence, progress, remain (alias: remaining)"
 def parse_method(method: str) -> tuple[str, ...]:
     """'progress_confidence' -> ('confidence', 'progress') (canonical order)."""
     if not isinstance(method, str) or not method:
-        raise ValueError(f"method must be a non-empty string of signal names joined by '_' "
-                         f"(allowed: {_METHOD_HELP}), got {method!r}")
+        raise ValueError(
+            f"method must be a non-empty string of signal names joined by '_' (allowed: {_METHOD_HELP}), got {method!r}"
+        )
     picked: set[str] = set()
     for part in method.split("_"):
         if part not in _METHOD_NAMES:

@@ -40,8 +40,11 @@ def split_token_ids(tokenizer, texts: Iterable[str] | None = None) -> tuple[int,
     if texts is not None:
         return tuple(sorted({_single_token(tokenizer, t) for t in texts}))
     special = set(getattr(tokenizer, "all_special_ids", ()) or ())
-    found = {i for token, i in tokenizer.get_vocab().items()
-             if i not in special and ends_in_blank_line(tokenizer.convert_tokens_to_string([token]))}
+    found = {
+        i
+        for token, i in tokenizer.get_vocab().items()
+        if i not in special and ends_in_blank_line(tokenizer.convert_tokens_to_string([token]))
+    }
     if not found:
         raise ValueError("no single-token paragraph break in this tokenizer; set split_tokens in the config")
     return tuple(sorted(found))

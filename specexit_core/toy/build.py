@@ -140,7 +140,12 @@ def build(cfg: BuildConfig, out_dir: Path) -> Path:
             el = time.time() - t0
             log.info(
                 "step %d/%d  loss %.4f  lr %.2e  %.0f tok/s  elapsed %.0fs  eta %.0fs",
-                step + 1, cfg.steps, run_loss / cfg.log_every, lr_at(cfg, step), seen_tokens / el, el,
+                step + 1,
+                cfg.steps,
+                run_loss / cfg.log_every,
+                lr_at(cfg, step),
+                seen_tokens / el,
+                el,
                 el / (step + 1) * (cfg.steps - step - 1),
             )
             run_loss = 0.0
@@ -150,7 +155,9 @@ def build(cfg: BuildConfig, out_dir: Path) -> Path:
     model.to(torch.bfloat16).save_pretrained(out_dir, safe_serialization=True)
     tok.save_pretrained(out_dir)
     GenerationConfig(
-        bos_token_id=hf_cfg.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+        bos_token_id=hf_cfg.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
         do_sample=False,
     ).save_pretrained(out_dir)
     (out_dir / "build_config.json").write_text(json.dumps(cfg.to_json(), indent=2) + "\n")

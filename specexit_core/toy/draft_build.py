@@ -22,13 +22,13 @@ from specexit_core.draft.model import SpecExitDraft
 from specexit_core.draft.vocab import build_draft_vocab
 from specexit_core.labels import TraceLabels, label_trace, probe_prompts, step_boundaries
 from specexit_core.signals import activate
-from specexit_core.training.collate import SIGNAL_LABELS, collate
-from specexit_core.training.loss import LossConfig
-from specexit_core.training.metrics import signal_metrics
-from specexit_core.training.step import DraftBatch, SpecExitObjective, train_step
-from specexit_core.toy.teacher_eval import prompt_ids
 from specexit_core.toy.hf_generate import generate, load_teacher
 from specexit_core.toy.task import grade, problems
+from specexit_core.toy.teacher_eval import prompt_ids
+from specexit_core.training.collate import SIGNAL_LABELS, collate
+from specexit_core.training.loss import LossConfig
+from specexit_core.training.signal_quality import signal_metrics
+from specexit_core.training.step import DraftBatch, SpecExitObjective, train_step
 
 log = logging.getLogger("specexit.toy.train_draft")
 
@@ -54,7 +54,7 @@ class DraftTrainConfig:
     log_every: int = 25
 
     @classmethod
-    def from_json(cls, d: dict) -> "DraftTrainConfig":
+    def from_json(cls, d: dict) -> DraftTrainConfig:
         known = {f.name for f in fields(cls)}
         bad = set(d) - known
         if bad:
@@ -78,8 +78,9 @@ def make_traces(model, tok, split: str, n: int, cfg: DraftTrainConfig, seed: int
     probs = problems(split, n, seed=seed)  # type: ignore[arg-type]
     prompts = [prompt_ids(tok, p) for p in probs]
     n_s = int(n * cfg.sampled_fraction)
-    comps = generate(model, tok, prompts[:n_s], max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
-                     seed=seed) + generate(model, tok, prompts[n_s:], max_new_tokens=cfg.max_new_tokens)
+    comps = generate(
+        model, tok, prompts[:n_s], max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, seed=seed
+    ) + generate(model, tok, prompts[n_s:], max_new_tokens=cfg.max_new_tokens)
     keep = [i for i, c in enumerate(comps) if close_id in c]
     log.info("%s: %d traces, %d finished", split, n, len(keep))
     all_probes, owners = [], []
@@ -95,9 +96,18 @@ def make_traces(model, tok, split: str, n: int, cfg: DraftTrainConfig, seed: int
     for i, a in zip(owners, answers):
         outcomes[i].append(float(grade(tok.decode(a), probs[i].answer)))
     return [
-        LabeledTrace(prompts[i], comps[i], label_trace(prompts[i], comps[i], outcomes[i], split_ids={brk},
-                                                       think_start_id=tok.convert_tokens_to_ids("<think>"),
-                                                       think_end_id=close_id))
+        LabeledTrace(
+            prompts[i],
+            comps[i],
+            label_trace(
+                prompts[i],
+                comps[i],
+                outcomes[i],
+                split_ids={brk},
+                think_start_id=tok.convert_tokens_to_ids("<think>"),
+                think_end_id=close_id,
+            ),
+        )
         for i in keep
     ]
 
@@ -110,10 +120,14 @@ def draft_batch(traces: list[LabeledTrace], pad_id: int, eos_id: int) -> DraftBa
 def init_draft(target, cfg: DraftTrainConfig, traces: list[LabeledTrace], tok) -> SpecExitDraft:
     from specexit_core.exit import split_token_ids
 
-    token_ids = {"think_start": tok.convert_tokens_to_ids("<think>"), "think_end": tok.convert_tokens_to_ids("</think>"),
-                 "split": list(split_token_ids(tok))}
-    dcfg = DraftConfig.for_target(target.config, aux_layer_ids=cfg.aux_layer_ids,
-                                  draft_vocab_size=cfg.draft_vocab_size, token_ids=token_ids)
+    token_ids = {
+        "think_start": tok.convert_tokens_to_ids("<think>"),
+        "think_end": tok.convert_tokens_to_ids("</think>"),
+        "split": list(split_token_ids(tok)),
+    }
+    dcfg = DraftConfig.for_target(
+        target.config, aux_layer_ids=cfg.aux_layer_ids, draft_vocab_size=cfg.draft_vocab_size, token_ids=token_ids
+    )
     draft = SpecExitDraft(dcfg)
     always = [tok.convert_tokens_to_ids(x) for x in ("</think>", "\n\n")] + [tok.eos_token_id]
     d2t, t2d = build_draft_vocab((t.completion for t in traces), dcfg.vocab_size, dcfg.draft_vocab_size, always)
@@ -122,8 +136,9 @@ def init_draft(target, cfg: DraftTrainConfig, traces: list[LabeledTrace], tok) -
     emb = target.get_input_embeddings().weight.detach().float()
     draft.embed_tokens.weight.data.copy_(emb)
     with torch.no_grad():  # start the draft head from the (tied) target head on the draft vocab
-        draft.lm_head.weight.copy_(target.get_output_embeddings().weight.detach().float()[torch.arange(
-            dcfg.draft_vocab_size) + d2t])
+        draft.lm_head.weight.copy_(
+            target.get_output_embeddings().weight.detach().float()[torch.arange(dcfg.draft_vocab_size) + d2t]
+        )
     return draft
 
 
@@ -135,9 +150,11 @@ def heldout_signal_metrics(draft: SpecExitDraft, target, traces: list[LabeledTra
     for t in traces:
         ids = torch.tensor([t.prompt + t.completion])
         aux, _ = target_features(target, ids, torch.ones_like(ids), draft.cfg.aux_layer_ids)
-        _, raw = draft.fuse(aux[0, len(t.prompt):])
+        _, raw = draft.fuse(aux[0, len(t.prompt) :])
         preds.append(activate(raw).numpy())
-        c.append(t.labels.confidence); p.append(t.labels.progress); r.append(t.labels.remaining)
+        c.append(t.labels.confidence)
+        p.append(t.labels.progress)
+        r.append(t.labels.remaining)
         m.append(t.labels.mask)
     cat = np.concatenate
     return signal_metrics(cat(preds), cat(c), cat(p), cat(r), cat(m))
@@ -157,8 +174,12 @@ def train_toy_draft(cfg: DraftTrainConfig, teacher_dir: Path, out_dir: Path) -> 
     params = [q for q in obj.parameters() if q.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
     rng = random.Random(cfg.seed)
-    log.info("draft: %.2fM trainable params; %d train traces; %d steps",
-             sum(q.numel() for q in params) / 1e6, len(train), cfg.steps)
+    log.info(
+        "draft: %.2fM trainable params; %d train traces; %d steps",
+        sum(q.numel() for q in params) / 1e6,
+        len(train),
+        cfg.steps,
+    )
     for step in range(cfg.steps):
         lr = cfg.lr * min(1.0, (step + 1) / cfg.warmup_steps) * 0.5 * (1 + np.cos(np.pi * step / cfg.steps))
         for g in opt.param_groups:
@@ -166,10 +187,20 @@ def train_toy_draft(cfg: DraftTrainConfig, teacher_dir: Path, out_dir: Path) -> 
         batch = draft_batch(rng.sample(train, cfg.batch_size), tok.pad_token_id, tok.eos_token_id)
         logs = train_step(obj, opt, target, batch)
         if (step + 1) % cfg.log_every == 0 or step == 0:
-            log.info("step %d/%d loss %.3f token_loss %.3f acc0 %.2f acc2 %.2f confidence_loss %.3f progress_loss %.3f "
-                     "remaining_loss %.3f (%.0fs)",
-                     step + 1, cfg.steps, logs["loss"], logs["token_loss"], logs["acc_0"], logs.get("acc_2", 0),
-                     logs["confidence_loss"], logs["progress_loss"], logs["remaining_loss"], time.time() - t0)
+            log.info(
+                "step %d/%d loss %.3f token_loss %.3f acc0 %.2f acc2 %.2f confidence_loss %.3f progress_loss %.3f "
+                "remaining_loss %.3f (%.0fs)",
+                step + 1,
+                cfg.steps,
+                logs["loss"],
+                logs["token_loss"],
+                logs["acc_0"],
+                logs.get("acc_2", 0),
+                logs["confidence_loss"],
+                logs["progress_loss"],
+                logs["remaining_loss"],
+                time.time() - t0,
+            )
     draft.eval()
     metrics = heldout_signal_metrics(draft, target, held)
     log.info("held-out signals: %s", metrics)

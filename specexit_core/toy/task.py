@@ -10,8 +10,9 @@ from __future__ import annotations
 import hashlib
 import random
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator, Literal
+from typing import Literal
 
 MAX_VALUE = 99
 MAX_OPERAND = 20

@@ -70,8 +70,9 @@ def oracle_exit(
     return cut, results
 
 
-def evaluate(model_dir: str | Path, n: int = 200, *, seed: int = 0, max_new_tokens: int = 400,
-             split: str = "test") -> ToyEval:
+def evaluate(
+    model_dir: str | Path, n: int = 200, *, seed: int = 0, max_new_tokens: int = 400, split: str = "test"
+) -> ToyEval:
     model, tok = load_teacher(model_dir)
     close_id = tok.convert_tokens_to_ids("</think>")
     break_id = tok.convert_tokens_to_ids("\n\n")

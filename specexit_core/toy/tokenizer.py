@@ -15,10 +15,39 @@ from specexit_core.toy.task import MAX_VALUE
 PAD, BOS, EOS, UNK = "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<unk>"
 SPECIAL = [PAD, BOS, EOS, UNK]
 THINK_TOKENS = ["<think>", "</think>"]
-WORDS = (
-    "Compute from left to right : + - * / = , . ? "
-    "So the answer is Let me check again Check backwards Yes Wait not The user assistant system"
-).split()
+WORDS = [
+    "Compute",
+    "from",
+    "left",
+    "to",
+    "right",
+    ":",
+    "+",
+    "-",
+    "*",
+    "/",
+    "=",
+    ",",
+    ".",
+    "?",
+    "So",
+    "the",
+    "answer",
+    "is",
+    "Let",
+    "me",
+    "check",
+    "again",
+    "Check",
+    "backwards",
+    "Yes",
+    "Wait",
+    "not",
+    "The",
+    "user",
+    "assistant",
+    "system",
+]
 
 # Qwen3-style template; the generation prompt opens the think block (as Qwen3-Thinking-2507 does).
 # `enable_thinking=False` pre-fills an empty think block (the NoThinking baseline).

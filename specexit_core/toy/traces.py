@@ -93,9 +93,7 @@ def recheck_paragraphs(problem: Problem) -> list[tuple[str, str]]:
     vals, steps = problem.values(), problem.steps
     ans = vals[-1]
     fwd = " , ".join(step_text(vals[i], op, b, vals[i + 1]) for i, (op, b) in enumerate(steps))
-    bwd = " , ".join(
-        step_text(vals[i + 1], INVERSE[op], b, vals[i]) for i, (op, b) in reversed(list(enumerate(steps)))
-    )
+    bwd = " , ".join(step_text(vals[i + 1], INVERSE[op], b, vals[i]) for i, (op, b) in reversed(list(enumerate(steps))))
     menu = [
         ("restate", f"So the answer is {ans} ."),
         ("forward", f"Let me check again : {fwd} ."),

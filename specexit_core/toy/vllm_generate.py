@@ -14,8 +14,9 @@ def make_llm(model_dir: str | Path, **overrides):
     return LLM(**toy_llm_kwargs(str(model_dir), **overrides))
 
 
-def vllm_generate(llm, prompts: list[list[int]], *, max_tokens: int, temperature: float = 0.0,
-                  seed: int | None = None) -> list[list[int]]:
+def vllm_generate(
+    llm, prompts: list[list[int]], *, max_tokens: int, temperature: float = 0.0, seed: int | None = None
+) -> list[list[int]]:
     """Token ids of each completion (EOS excluded, like `hf_generate.generate`)."""
     from vllm import SamplingParams
 

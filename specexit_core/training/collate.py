@@ -13,8 +13,15 @@ from specexit_core.training.step import DraftBatch
 SIGNAL_LABELS = ("confidence", "progress", "log_remaining", "mask")  # per completion token (TraceLabels)
 
 
-def collate(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]],
-            labels: Mapping[str, Sequence], *, pad_id: int, eos_id: int, max_len: int | None = None) -> DraftBatch:
+def collate(
+    prompts: Sequence[Sequence[int]],
+    completions: Sequence[Sequence[int]],
+    labels: Mapping[str, Sequence],
+    *,
+    pad_id: int,
+    eos_id: int,
+    max_len: int | None = None,
+) -> DraftBatch:
     """prompt + completion + EOS per row; token loss on the completion, signal labels on its tokens.
 
     `labels[name][row]` is the row's per-completion-token array for each name in SIGNAL_LABELS
@@ -35,7 +42,7 @@ def collate(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int
         L = len(s)
         ids[r, :L] = torch.tensor(s)
         att[r, :L] = 1
-        lm[r, len(p):L] = 1
+        lm[r, len(p) : L] = 1
         k = max(0, min(len(c), L - len(p)))  # completion tokens that survived truncation
         sl = slice(len(p), len(p) + k)
         conf[r, sl] = torch.as_tensor(np.asarray(labels["confidence"][r][:k], dtype=np.float32))

@@ -22,8 +22,14 @@ def _capture_hidden(decoder, aux_layer_ids) -> tuple[dict, list]:
 
 
 @torch.no_grad()
-def target_features(target, input_ids: torch.Tensor, attention_mask: torch.Tensor, aux_layer_ids,
-                    vocab_rows: torch.Tensor | None = None, out_dtype: torch.dtype | None = torch.float32):
+def target_features(
+    target,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    aux_layer_ids,
+    vocab_rows: torch.Tensor | None = None,
+    out_dtype: torch.dtype | None = torch.float32,
+):
     """Returns (aux [B, T, 3H], logits [B, T, V]) -- or [B, T, len(vocab_rows)] with `vocab_rows`.
 
     Hidden-state index i is the residual stream after i decoder layers (0 = embeddings) -- the

@@ -120,7 +120,9 @@ def ttt_token_loss(draft: SpecExitDraft, aux, input_ids, target_logits, loss_mas
     """
     b, t_len = input_ids.shape
     if target_logits.shape[-1] != draft.cfg.draft_vocab_size:  # full target vocab: the draft vocab's columns
-        target_logits = target_logits[..., torch.arange(draft.cfg.draft_vocab_size, device=input_ids.device) + draft.d2t]
+        target_logits = target_logits[
+            ..., torch.arange(draft.cfg.draft_vocab_size, device=input_ids.device) + draft.d2t
+        ]
     chunk = max(1, cfg.loss_chunk_tokens // b)
     total = torch.zeros((), device=input_ids.device)
     weight_sum = 0.0
@@ -136,7 +138,7 @@ def ttt_token_loss(draft: SpecExitDraft, aux, input_ids, target_logits, loss_mas
             ce_sum, agree_sum = ce_sum + ce, agree_sum + agree
         denom = m.sum().clamp(min=1.0)
         step_loss = ce_sum / denom
-        wj = cfg.step_decay ** j
+        wj = cfg.step_decay**j
         total = total + wj * step_loss
         weight_sum += wj
         metrics[f"acc_{j}"] = float(agree_sum / denom)

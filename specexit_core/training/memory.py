@@ -44,11 +44,16 @@ class TargetShape:
     @classmethod
     def from_hf(cls, cfg) -> TargetShape:
         """From a transformers config (Llama / Qwen-style decoder)."""
-        return cls(hidden=cfg.hidden_size, layers=cfg.num_hidden_layers, heads=cfg.num_attention_heads,
-                   kv_heads=getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads,
-                   head_dim=getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads,
-                   intermediate=cfg.intermediate_size, vocab=cfg.vocab_size,
-                   tied=bool(getattr(cfg, "tie_word_embeddings", False)))
+        return cls(
+            hidden=cfg.hidden_size,
+            layers=cfg.num_hidden_layers,
+            heads=cfg.num_attention_heads,
+            kv_heads=getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads,
+            head_dim=getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads,
+            intermediate=cfg.intermediate_size,
+            vocab=cfg.vocab_size,
+            tied=bool(getattr(cfg, "tie_word_embeddings", False)),
+        )
 
     @property
     def params(self) -> int:
@@ -133,8 +138,15 @@ def estimate_train_memory(s: TrainShape) -> MemoryEstimate:
         "adam_moments": n_train * 8,
         "ddp_buckets": n_train * 4 if s.world_size > 1 else 0,
         "features": n * (3 * ht + vd) * fb,
-        "unroll_kept": n * ((h + dc.n_signals) * a + (3 * ht * 2 if s.autocast and fb == 4 else 0)
-                            + u * h * a + 2 * qd * a + (u - 1) * 2 * kd * a + u * 12),
+        "unroll_kept": n
+        * (
+            (h + dc.n_signals) * a
+            + (3 * ht * 2 if s.autocast and fb == 4 else 0)
+            + u * h * a
+            + 2 * qd * a
+            + (u - 1) * 2 * kd * a
+            + u * 12
+        ),
         "unroll_saved": n * sum(_step_saved(s, j, a) for j in range(u)) if not s.recompute else 0,
         "autocast_weight_copies": n_mats * 2 if s.autocast else 0,
         # weight gradients while the unroll runs backward: under autocast they gather on the bf16

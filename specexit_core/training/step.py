@@ -37,22 +37,39 @@ class SpecExitObjective(nn.Module):
     def forward(self, aux, target_logits, batch: DraftBatch):
         hidden, raw = self.draft.fuse(aux)  # one fc pass feeds both the token and the signal losses
         tok_loss, metrics = ttt_token_loss(
-            self.draft, aux, batch.input_ids, target_logits, batch.loss_mask * batch.attention_mask, self.cfg,
+            self.draft,
+            aux,
+            batch.input_ids,
+            target_logits,
+            batch.loss_mask * batch.attention_mask,
+            self.cfg,
             hidden=hidden,
         )
         logs = {"token_loss": tok_loss.item(), **metrics}
         total = tok_loss
         if self.draft.cfg.signals:
-            sig = signal_losses(raw, batch.confidence, batch.progress, batch.log_remaining,
-                                batch.think_mask & batch.attention_mask.bool())
+            sig = signal_losses(
+                raw,
+                batch.confidence,
+                batch.progress,
+                batch.log_remaining,
+                batch.think_mask & batch.attention_mask.bool(),
+            )
             total, wlogs = self.weighting(tok_loss, sig)
             logs.update({f"{k}_loss": v.item() for k, v in sig.items()}, **wlogs)
         logs["loss"] = total.item()
         return total, logs
 
 
-def train_step(objective: nn.Module, optimizer: torch.optim.Optimizer, target, batch: DraftBatch,
-               *, grad_clip: float = 1.0, autocast: bool = False) -> dict[str, float]:
+def train_step(
+    objective: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    target,
+    batch: DraftBatch,
+    *,
+    grad_clip: float = 1.0,
+    autocast: bool = False,
+) -> dict[str, float]:
     """Features from the frozen target, loss, backward, clip, step. Returns the logged terms.
 
     `objective` is a SpecExitObjective, or DDP around one. `autocast`: the draft's forward runs in
@@ -63,13 +80,20 @@ def train_step(objective: nn.Module, optimizer: torch.optim.Optimizer, target, b
     # Gradients go before the forward, so last step's are not alive at the activation peak.
     optimizer.zero_grad(set_to_none=True)
     rows = torch.arange(draft.cfg.draft_vocab_size, device=batch.input_ids.device) + draft.d2t
-    aux, logits = target_features(target, batch.input_ids, batch.attention_mask, draft.cfg.aux_layer_ids,
-                                  vocab_rows=rows, out_dtype=None if autocast else torch.float32)
+    aux, logits = target_features(
+        target,
+        batch.input_ids,
+        batch.attention_mask,
+        draft.cfg.aux_layer_ids,
+        vocab_rows=rows,
+        out_dtype=None if autocast else torch.float32,
+    )
     objective.train()
     with torch.autocast(batch.input_ids.device.type, dtype=torch.bfloat16, enabled=autocast):
         total, logs = objective(aux, logits, batch)
     total.backward()
-    logs["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(
-        [p for p in objective.parameters() if p.requires_grad], grad_clip))
+    logs["grad_norm"] = float(
+        torch.nn.utils.clip_grad_norm_([p for p in objective.parameters() if p.requires_grad], grad_clip)
+    )
     optimizer.step()
     return logs

@@ -44,13 +44,21 @@ def random_draft(target, *, aux_layer_ids, draft_vocab_size: int, device: str | 
     return draft.to(device)
 
 
-def random_batch(batch_size: int, seq_len: int, vocab_size: int, *, seed: int = 0,
-                 device: str | torch.device = "cpu") -> DraftBatch:
+def random_batch(
+    batch_size: int, seq_len: int, vocab_size: int, *, seed: int = 0, device: str | torch.device = "cpu"
+) -> DraftBatch:
     """Full-length rows (no padding: the memory peak), token loss and signal labels on every token."""
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, vocab_size, (batch_size, seq_len), generator=g)
     ones = torch.ones(batch_size, seq_len)
     labels = torch.rand(batch_size, seq_len, generator=g)
-    batch = DraftBatch(input_ids=ids, attention_mask=ones.long(), loss_mask=ones, confidence=labels,
-                       progress=labels.clone(), log_remaining=labels * 5, think_mask=ones.bool())
+    batch = DraftBatch(
+        input_ids=ids,
+        attention_mask=ones.long(),
+        loss_mask=ones,
+        confidence=labels,
+        progress=labels.clone(),
+        log_remaining=labels * 5,
+        think_mask=ones.bool(),
+    )
     return DraftBatch(*(getattr(batch, f).to(device) for f in DraftBatch.__dataclass_fields__))

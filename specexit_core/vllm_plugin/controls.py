@@ -13,7 +13,8 @@ against the defaults the worker merges them with (`engine_defaults`: the engine'
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from specexit_core.draft.config import read_specexit_fields
 from specexit_core.exit import EXIT_CONFIG_ENV, ExitConfig, resolve_exit_config
@@ -64,7 +65,7 @@ def overrides_from_extra_args(extra_args: Mapping[str, Any] | None) -> dict[str,
     for k, v in extra_args.items():
         if not k.startswith(PREFIX):
             continue
-        name = k[len(PREFIX):]
+        name = k[len(PREFIX) :]
         if name not in FIELDS:
             raise ValueError(f"unknown SpecExit control {k!r}; known: {', '.join(PREFIX + f for f in FIELDS)}")
         out[name] = _coerce(name, v)

@@ -21,8 +21,9 @@ import torch
 log = logging.getLogger("specexit.vllm")
 
 
-def expand_batch_to_tokens(x: torch.Tensor, cu_num_tokens: torch.Tensor, num_tokens: int,
-                           replace_from: int = 0, replace_to: int = 0) -> torch.Tensor:
+def expand_batch_to_tokens(
+    x: torch.Tensor, cu_num_tokens: torch.Tensor, num_tokens: int, replace_from: int = 0, replace_to: int = 0
+) -> torch.Tensor:
     """[batch] -> [num_tokens]: x[i] repeated for request i's tokens (cumulative counts in
     `cu_num_tokens`), with `replace_from` values replaced by `replace_to` (greedy temperature 0 -> 1)."""
     counts = torch.diff(cu_num_tokens.to(torch.int64), prepend=cu_num_tokens.new_zeros(1, dtype=torch.int64))

@@ -21,8 +21,10 @@ class SpecExitEagle3LlamaForCausalLM(Eagle3LlamaForCausalLM):
         super().__init__(vllm_config=vllm_config, prefix=prefix)
         spec = read_specexit_fields(self.config)
         if spec.signals != SIGNALS:
-            raise ValueError(f"{type(self).__name__} needs a SpecExit draft config (specexit.signals = "
-                             f"{list(SIGNALS)}); got {getattr(self.config, 'specexit', None)!r}")
+            raise ValueError(
+                f"{type(self).__name__} needs a SpecExit draft config (specexit.signals = "
+                f"{list(SIGNALS)}); got {getattr(self.config, 'specexit', None)!r}"
+            )
         inner = self.model
         self.hidden_size = self.config.hidden_size
         inner.fc = ReplicatedLinear(

@@ -49,8 +49,10 @@ def wants_v1(speculative_config, env_choice: bool | None) -> bool | None:
     if not is_specexit_draft(speculative_config):
         return None
     if env_choice:
-        raise RuntimeError("specexit: this engine serves a SpecExit draft, whose exit hook runs in vLLM's V1 "
-                           "model runner only; unset VLLM_USE_V2_MODEL_RUNNER or set it to 0")
+        raise RuntimeError(
+            "specexit: this engine serves a SpecExit draft, whose exit hook runs in vLLM's V1 "
+            "model runner only; unset VLLM_USE_V2_MODEL_RUNNER or set it to 0"
+        )
     return True
 
 
@@ -67,8 +69,10 @@ def install_runner_choice() -> None:
         if wants_v1(getattr(self, "speculative_config", None), envs.VLLM_USE_V2_MODEL_RUNNER):
             if id(self) not in warned:
                 warned.add(id(self))
-                log.warning("specexit: SpecExit draft loaded: using vLLM's V1 model runner (the exit hook "
-                            "is not in the V2 runner yet); engines without a SpecExit draft are unaffected")
+                log.warning(
+                    "specexit: SpecExit draft loaded: using vLLM's V1 model runner (the exit hook "
+                    "is not in the V2 runner yet); engines without a SpecExit draft are unaffected"
+                )
             return False
         return prop.fget(self)
 

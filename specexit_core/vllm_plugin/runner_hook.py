@@ -80,8 +80,15 @@ class SpecExitRunnerState:
         self.split_ids = frozenset(int(t) for t in ids["split"])
         self.defaults = server_defaults(spec.exit_defaults)
         self.reqs: dict[str, _ReqState] = {}
-        self.counters = {"requests": 0, "exits": 0, "think_tokens": 0, "steps": 0, "fallbacks": 0,
-                         "hook_errors": 0, "telemetry_errors": 0}
+        self.counters = {
+            "requests": 0,
+            "exits": 0,
+            "think_tokens": 0,
+            "steps": 0,
+            "fallbacks": 0,
+            "hook_errors": 0,
+            "telemetry_errors": 0,
+        }
         self.metrics = SpecExitMetrics()
         self.events = EventWriter(os.environ.get("SPECEXIT_TELEMETRY_DIR"))
         log.info("SpecExit active: defaults %s, split ids %s", self.defaults.to_dict(), sorted(self.split_ids))
@@ -100,8 +107,13 @@ class SpecExitRunnerState:
                 self._fall_back(req_id, st, f"invalid SpecExit settings: {e}")
                 return st
             if st.cfg.enabled:
-                st.tracker = ExitTracker(st.cfg, split_token_ids=self.split_ids, think_start_id=self.think_start,
-                                         think_end_id=self.think_end, in_think=True)
+                st.tracker = ExitTracker(
+                    st.cfg,
+                    split_token_ids=self.split_ids,
+                    think_start_id=self.think_start,
+                    think_end_id=self.think_end,
+                    in_think=True,
+                )
             self.metrics.request(st.cfg.enabled)
         return st
 
@@ -145,7 +157,7 @@ class SpecExitRunnerState:
                 continue
             start = cu[r]
             try:
-                j = self._step(runner, req_ids[r], st, rows[start:cu[r + 1]])
+                j = self._step(runner, req_ids[r], st, rows[start : cu[r + 1]])
             except Exception as e:  # noqa: BLE001 -- one request's failure must not kill the engine
                 self._fall_back(req_ids[r], st, f"error: {type(e).__name__}: {e}")
                 continue
@@ -159,8 +171,14 @@ class SpecExitRunnerState:
         idx = sdm.logits_indices
         w = self.model.signal_weight()
         raw = (torch.cat([h[idx] for h in aux], dim=-1).to(w.dtype) @ w.t()).double()
-        block = torch.cat([activate(raw), _tensor(runner.input_ids)[idx].double()[:, None],
-                           _tensor(runner.positions)[idx].double()[:, None]], 1)
+        block = torch.cat(
+            [
+                activate(raw),
+                _tensor(runner.input_ids)[idx].double()[:, None],
+                _tensor(runner.positions)[idx].double()[:, None],
+            ],
+            1,
+        )
         if block.device.type != "cpu":
             host = torch.empty(block.shape, dtype=block.dtype, pin_memory=True)
             host.copy_(block, non_blocking=True)
@@ -222,8 +240,9 @@ class SpecExitRunnerState:
         # Only a split token among the drafts (or a budget that ends within them) can force an
         # exit this step; most steps have neither, and skip the look-ahead copy entirely.
         budget = tr.cfg.max_think_tokens
-        if (budget is None or tr.think_tokens + len(inputs) - 1 < budget) and \
-                not any(t in self.split_ids for t in inputs[1:]):
+        if (budget is None or tr.think_tokens + len(inputs) - 1 < budget) and not any(
+            t in self.split_ids for t in inputs[1:]
+        ):
             return None
         # 2) hypothetically, drafts 1..k (a copy: the committed state only moves on real tokens)
         hyp = tr.fork()
@@ -251,8 +270,16 @@ class SpecExitRunnerState:
             st.exit = dec
             self.counters["exits"] += 1
             self.metrics.exit(dec.reason, dec.think_tokens)
-            self.events.append(EXITS, {"req_id": req_id, "exit_index": dec.index, "reason": dec.reason,
-                                       "think_tokens": dec.think_tokens, "smoothed": dec.smoothed})
+            self.events.append(
+                EXITS,
+                {
+                    "req_id": req_id,
+                    "exit_index": dec.index,
+                    "reason": dec.reason,
+                    "think_tokens": dec.think_tokens,
+                    "smoothed": dec.smoothed,
+                },
+            )
             self.counters["telemetry_errors"] = self.events.errors
 
     @staticmethod

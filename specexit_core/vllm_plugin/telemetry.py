@@ -78,8 +78,9 @@ def _find(events: dict[str, dict], request_id: str) -> dict | None:
     return next((e for k, e in events.items() if k == request_id or _external_id(k) == request_id), None)
 
 
-def request_telemetry(output, events: dict[str, dict], think_end_id: int,
-                      fallbacks: dict[str, dict] | None = None) -> dict:
+def request_telemetry(
+    output, events: dict[str, dict], think_end_id: int, fallbacks: dict[str, dict] | None = None
+) -> dict:
     """{think_tokens, exited, exit_index, reason, smoothed, fallback} for one vLLM RequestOutput."""
     ids = list(output.outputs[0].token_ids)
     think = ids.index(think_end_id) if think_end_id in ids else len(ids)

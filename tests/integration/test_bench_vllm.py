@@ -19,4 +19,5 @@ def test_bench_vllm_json():
     assert res["methods"]["specexit"]["think_tokens"] <= res["methods"]["eagle3"]["think_tokens"]
     # same text, same drafts: per-method counters give the same acceptance for never-fires and eagle3
     assert res["methods"]["specexit_never_fires"]["acceptance_length"] == pytest.approx(
-        res["methods"]["eagle3"]["acceptance_length"], abs=1e-9)
+        res["methods"]["eagle3"]["acceptance_length"], abs=1e-9
+    )

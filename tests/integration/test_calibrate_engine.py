@@ -24,8 +24,13 @@ def test_calibrate_writes_a_config_the_plugin_reads(tmp_path, monkeypatch):
     draft = tmp_path / "draft"
     shutil.copytree(DRAFT_DIR, draft)
     cfg = yaml.safe_load((REPO_ROOT / "examples/toy/calibrate.yaml").read_text())
-    cfg.update(output=str(tmp_path / "calibrated.json"), tolerance=0.0, write_draft_defaults=True,
-               methods=["confidence", "progress", "confidence_progress_remain"], alphas=[0.1, 0.3])
+    cfg.update(
+        output=str(tmp_path / "calibrated.json"),
+        tolerance=0.0,
+        write_draft_defaults=True,
+        methods=["confidence", "progress", "confidence_progress_remain"],
+        alphas=[0.1, 0.3],
+    )
     cfg["eval"].update(output=str(tmp_path / "dev"), draft=str(draft), batch_size=4)
     cfg["eval"]["engine"]["model"] = str(REPO_ROOT / cfg["eval"]["engine"]["model"])
     path = tmp_path / "calibrate.yaml"

@@ -23,7 +23,9 @@ from support.paths import REPO_ROOT
 
 KDIR = REPO_ROOT / "cluster" / "kuberay"
 SERVE_GPU = REPO_ROOT / "serve_app" / "gpu_tp2.yaml"
-needs_serve_config = pytest.mark.skipif(not SERVE_GPU.exists(), reason="serve_app/gpu_tp2.yaml not written yet (issue #6)")
+needs_serve_config = pytest.mark.skipif(
+    not SERVE_GPU.exists(), reason="serve_app/gpu_tp2.yaml not written yet (issue #6)"
+)
 
 
 def _docs(path: Path) -> list[dict]:
@@ -66,8 +68,13 @@ def _check_cluster_spec(spec: dict, serve: bool):
 def test_manifests_are_in_sync_with_their_sources():
     if not SERVE_GPU.exists():
         pytest.skip("serve_app/gpu_tp2.yaml not in this checkout: the Serve files cannot be rendered")
-    r = subprocess.run([sys.executable, "-m", "cluster.render_kuberay", "--check"], cwd=REPO_ROOT,
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "cluster.render_kuberay", "--check"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     expected = set(rk.render())
     rendered = [*KDIR.rglob("*.yaml"), *(REPO_ROOT / "cluster" / "serve").glob("*.yaml")]
@@ -80,11 +87,13 @@ def test_every_manifest_parses_with_the_right_kind():
     for p in sorted(KDIR.rglob("*.yaml")):
         for d in _docs(p):
             kinds.setdefault(d["kind"], []).append(str(p.relative_to(KDIR)))
-            assert d["apiVersion"] == {"PersistentVolumeClaim": "v1",
-                                       "NetworkPolicy": "networking.k8s.io/v1"}.get(d["kind"], "ray.io/v1")
+            assert d["apiVersion"] == {"PersistentVolumeClaim": "v1", "NetworkPolicy": "networking.k8s.io/v1"}.get(
+                d["kind"], "ray.io/v1"
+            )
             assert d["metadata"]["name"]
-    assert sorted(kinds["RayJob"]) == sorted(f"{r.name}/rayjob-{s}.yaml" for r in rk.RECIPES
-                                             for s in ("traces", "labels", "train-draft"))
+    assert sorted(kinds["RayJob"]) == sorted(
+        f"{r.name}/rayjob-{s}.yaml" for r in rk.RECIPES for s in ("traces", "labels", "train-draft")
+    )
     assert kinds["PersistentVolumeClaim"] == ["storage.yaml"]
     assert sorted(kinds["RayService"]) == sorted(f"{r.name}/rayservice.yaml" for r in rk.RECIPES)
     assert sorted(kinds["NetworkPolicy"]) == sorted(kinds["RayJob"] + kinds["RayService"])  # one each
@@ -93,7 +102,7 @@ def test_every_manifest_parses_with_the_right_kind():
 @pytest.mark.parametrize("recipe", rk.RECIPES, ids=lambda r: r.name)
 @pytest.mark.parametrize("stage", rk.STAGES)
 def test_rayjob_runs_the_stage_config_with_its_gpus(recipe, stage):
-    from pipelines.common.stage_cli import load_stage_config
+    from pipelines.stages import load_stage_config
 
     job = _doc(KDIR / recipe.name / f"rayjob-{stage.replace('_', '-')}.yaml", "RayJob")
     spec = job["spec"]
@@ -156,9 +165,12 @@ def _build(app_cfg: dict):
     out = {}
     for d in built.deployments:
         rc = d._replica_config
-        out[d.name] = {"config": d._deployment_config.model_dump(exclude={"user_configured_option_names"}),
-                       "bundles": rc.placement_group_bundles, "strategy": rc.placement_group_strategy,
-                       "actor_options": rc.ray_actor_options}
+        out[d.name] = {
+            "config": d._deployment_config.model_dump(exclude={"user_configured_option_names"}),
+            "bundles": rc.placement_group_bundles,
+            "strategy": rc.placement_group_strategy,
+            "actor_options": rc.ray_actor_options,
+        }
     return out
 
 
@@ -184,8 +196,10 @@ def test_rayservice_builds_the_same_application_as_the_serve_config(recipe):
         bundles = gpu_deps[0]["bundles"]
         assert sum(b["GPU"] for b in bundles) == args.model.tensor_parallel_size == _gpus(group)
         assert gpu_deps[0]["strategy"] == "STRICT_PACK"
-        assert (group["minReplicas"], group["maxReplicas"]) == (args.autoscaling.min_replicas,
-                                                                args.autoscaling.max_replicas)
+        assert (group["minReplicas"], group["maxReplicas"]) == (
+            args.autoscaling.min_replicas,
+            args.autoscaling.max_replicas,
+        )
 
 
 def _leaves(d, prefix=""):
@@ -202,7 +216,7 @@ def _leaves(d, prefix=""):
 def test_rayservice_pods_see_the_draft_the_recipe_trains(recipe):
     """docs/runbook.md serves right after train_draft: the replicas must find that draft at the
     path their Serve config names."""
-    from pipelines.common.stage_cli import load_stage_config
+    from pipelines.stages import load_stage_config
     from serve_app.config import load_args
 
     train = load_stage_config("train_draft", str(REPO_ROOT / recipe.configs / "train_draft.yaml"))
@@ -215,8 +229,12 @@ def test_rayservice_pods_see_the_draft_the_recipe_trains(recipe):
     if args.model.draft == train.output:
         assert train.output.startswith("/mnt/cluster_storage/")  # on the shared volume every pod mounts
     else:  # a sub-path of the shared volume mounted where the Serve config looks
-        assert {"name": "storage", "mountPath": args.model.draft, "readOnly": True,
-                "subPath": train.output.removeprefix("/mnt/cluster_storage/")} in worker["volumeMounts"]
+        assert {
+            "name": "storage",
+            "mountPath": args.model.draft,
+            "readOnly": True,
+            "subPath": train.output.removeprefix("/mnt/cluster_storage/"),
+        } in worker["volumeMounts"]
     if args.auth.enabled and args.auth.api_keys_file:  # the key file comes from the Secret
         key = Path(args.auth.api_keys_file)
         assert {"name": "api-keys", "mountPath": str(key.parent), "readOnly": True} in worker["volumeMounts"]
@@ -230,13 +248,14 @@ def test_generated_serve_configs_are_the_gpu_app_with_declared_changes(variant):
     """cluster/serve/<name>.yaml differs from serve_app/gpu_tp2.yaml only in the declared fields,
     serves the trained draft (where the pods see it), and builds. The `ray up` ones run on any of
     those clusters' GPUs (no accelerator pin) at TP=2; the Qwen3-4B RayService's one at TP=1 on H100."""
-    from pipelines.common.stage_cli import load_stage_config
+    from pipelines.stages import load_stage_config
     from serve_app.config import load_args
 
     variant_doc = yaml.safe_load((REPO_ROOT / "cluster" / "serve" / f"{variant.name}.yaml").read_text())
     base = yaml.safe_load(SERVE_GPU.read_text())
     assert {k: v for k, v in variant_doc.items() if k != "applications"} == {
-        k: v for k, v in base.items() if k != "applications"}
+        k: v for k, v in base.items() if k != "applications"
+    }
     (app,), (base_app,) = variant_doc["applications"], base["applications"]
     assert {k: v for k, v in app.items() if k != "args"} == {k: v for k, v in base_app.items() if k != "args"}
     got, want = _leaves(app["args"]), _leaves(base_app["args"])
@@ -256,7 +275,9 @@ def test_generated_serve_configs_are_the_gpu_app_with_declared_changes(variant):
     assert any(any(b.get("GPU") for b in d["bundles"] or []) for d in built.values())
 
 
-CRD_DIR = os.environ.get("SPECEXIT_KUBERAY_CRDS")  # a folder with KubeRay's ray.io_rayjobs.yaml, ray.io_rayservices.yaml
+CRD_DIR = os.environ.get(
+    "SPECEXIT_KUBERAY_CRDS"
+)  # a folder with KubeRay's ray.io_rayjobs.yaml, ray.io_rayservices.yaml
 
 
 def _strict(schema):

@@ -51,13 +51,15 @@ def job_commands() -> list[str]:
 
 def entrypoint(cmd: str) -> list[str]:
     words = shlex.split(cmd)
-    return words[words.index("--") + 1:]
+    return words[words.index("--") + 1 :]
 
 
 def test_runbook_job_commands_are_the_pipeline_stages():
     cmds = job_commands()
     stages = [entrypoint(c)[2] for c in cmds if entrypoint(c)[:2] == ["python", "-m"]]
-    assert stages == ["pipelines.traces", "pipelines.labels", "pipelines.train_draft"], cmds  # python -m pipelines.<stage>
+    assert stages == ["pipelines.traces", "pipelines.labels", "pipelines.train_draft"], (
+        cmds
+    )  # python -m pipelines.<stage>
     for c in cmds:
         ep = entrypoint(c)
         assert "--address" not in c  # RAY_ADDRESS, exported once in the runbook
@@ -85,8 +87,16 @@ def toy_configs(dest: Path) -> Path:
     lab = yaml.safe_load((REPO_ROOT / "examples/toy/labels.yaml").read_text())
     lab.update(input=str(work / "traces"), output=str(work / "labels"), chunk_rows=8)
     tr = yaml.safe_load((REPO_ROOT / "examples/toy/train_draft.yaml").read_text())
-    tr.update(input=str(work / "labels"), output=str(work / "draft"), storage_path=str(work / "ray_train"),
-              steps=STEPS, batch_size=4, warmup_steps=2, log_every=2, checkpoint_every=4)
+    tr.update(
+        input=str(work / "labels"),
+        output=str(work / "draft"),
+        storage_path=str(work / "ray_train"),
+        steps=STEPS,
+        batch_size=4,
+        warmup_steps=2,
+        log_every=2,
+        checkpoint_every=4,
+    )
     for name, cfg in (("traces", t), ("labels", lab), ("train_draft", tr)):
         (cfgs / f"{name}.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
     return cfgs
@@ -132,7 +142,8 @@ def test_runbook_job_commands_run_with_the_toy_configs(head, tmp_path):
     assert s["complete"] and s["input_rows"] == N_PROBLEMS == s["ok"] + s["errors"]
     traces = read_all(out / "traces")
     assert traces.schema == TRACES and sorted(traces.column("id").to_pylist()) == sorted(
-        set(traces.column("id").to_pylist()))
+        set(traces.column("id").to_pylist())
+    )
     s = summaries["labels"]
     assert s["complete"] and s["input_rows"] == N_PROBLEMS
     labels = read_all(out / "labels")

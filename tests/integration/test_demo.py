@@ -24,8 +24,9 @@ def test_main_demo_quick(tmp_path):
     from pathlib import Path
 
     wd = tmp_path / "demo"
-    out, res = run_json(specexit("demo", "--quick", "--json", "--workdir", str(wd), "--port", str(free_port())),
-                        timeout=1500)
+    out, res = run_json(
+        specexit("demo", "--quick", "--json", "--workdir", str(wd), "--port", str(free_port())), timeout=1500
+    )
     names = {"plain", "eagle3", "specexit", "budget", "deer", "dynasor", "nothink", "oracle"}
     assert set(res["methods"]) == names
     for m in res["methods"].values():

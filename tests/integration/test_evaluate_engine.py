@@ -28,10 +28,12 @@ def _problems(n: int):
 def run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("eval")
     rows = [{"id": f"p{i}", "prompt": p.prompt, "gold": str(p.answer)} for i, p in enumerate(_problems(3))]
-    rows += [{"id": "no-prompt", "gold": "3"},                                   # missing prompt
-             {"id": "bad-gold", "prompt": _problems(1)[0].prompt, "gold": "n/a"},  # gold the grader cannot read
-             {"id": "too-long", "prompt": "Compute " + "1 + " * 400 + "1", "gold": "401"},  # > max_model_len
-             {"id": "p0", "prompt": "Compute from left to right : 1 + 2", "gold": "3"}]  # repeated id
+    rows += [
+        {"id": "no-prompt", "gold": "3"},  # missing prompt
+        {"id": "bad-gold", "prompt": _problems(1)[0].prompt, "gold": "n/a"},  # gold the grader cannot read
+        {"id": "too-long", "prompt": "Compute " + "1 + " * 400 + "1", "gold": "401"},  # > max_model_len
+        {"id": "p0", "prompt": "Compute from left to right : 1 + 2", "gold": "3"},
+    ]  # repeated id
     src = tmp / "probs.jsonl"
     src.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     cfg = yaml.safe_load((REPO_ROOT / "examples/toy/evaluate.yaml").read_text())
@@ -45,8 +47,14 @@ def run(tmp_path_factory):
     cmd = [sys.executable, "-m", "pipelines.evaluate", "--config", str(path), "--output", str(out), "--report"]
     _, summary = run_json(cmd, timeout=600)
     rows_out = [r for f in sorted(out.glob("part-*.parquet")) for r in pq.read_table(f).to_pylist()]
-    return {"summary": summary, "full": json.loads((out / "summary.json").read_text()),
-            "rows": rows_out, "out": out, "cmd": cmd, "cfg": path}
+    return {
+        "summary": summary,
+        "full": json.loads((out / "summary.json").read_text()),
+        "rows": rows_out,
+        "out": out,
+        "cmd": cmd,
+        "cfg": path,
+    }
 
 
 def test_every_row_accounted_for(run):

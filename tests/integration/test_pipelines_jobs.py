@@ -36,10 +36,25 @@ TEACHER = os.environ.get("SPECEXIT_TEST_TEACHER", str(TEACHER_DIR))
 class Cluster(LocalHead):
     """A private Ray head (tests/support/ray_head.py) plus the `ray job` CLI calls these tests make."""
 
-    def submit(self, stage: str, config: Path, *extra: str, env_vars: dict | None = None, wait: bool = True,
-               job_id: str | None = None):
-        args = ["job", "submit", "--address", self.address, "--working-dir", ".",
-                "--runtime-env-json", json.dumps({"env_vars": env_vars or {}})]
+    def submit(
+        self,
+        stage: str,
+        config: Path,
+        *extra: str,
+        env_vars: dict | None = None,
+        wait: bool = True,
+        job_id: str | None = None,
+    ):
+        args = [
+            "job",
+            "submit",
+            "--address",
+            self.address,
+            "--working-dir",
+            ".",
+            "--runtime-env-json",
+            json.dumps({"env_vars": env_vars or {}}),
+        ]
         if job_id:
             args += ["--submission-id", job_id]
         if not wait:
@@ -52,8 +67,13 @@ class Cluster(LocalHead):
         "Status for job 'x': RUNNING" (on stderr)."""
         r = self.ray("job", "status", "--address", self.address, job_id, timeout=60)
         out = (r.stdout + r.stderr).lower()
-        for word, s in (("succeeded", "SUCCEEDED"), ("failed", "FAILED"), ("was stopped", "STOPPED"),
-                        ("running", "RUNNING"), ("pending", "PENDING")):
+        for word, s in (
+            ("succeeded", "SUCCEEDED"),
+            ("failed", "FAILED"),
+            ("was stopped", "STOPPED"),
+            ("running", "RUNNING"),
+            ("pending", "PENDING"),
+        ):
             if word in out:
                 return s
         return out
@@ -85,23 +105,53 @@ def cluster():
 def work(tmp_path_factory):
     """Input prompts (toy problems + every kind of bad row) and chained configs."""
     d = tmp_path_factory.mktemp("pipes")
-    rows = [{"id": f"p{i}", "prompt": p.prompt, "gold": str(p.answer)} for i, p in enumerate(problems("train", N_GOOD, seed=7))]
-    bad = [{"id": "empty", "prompt": "   ", "gold": "1"}, {"id": "number", "prompt": 123, "gold": "1"},
-           {"id": "long", "prompt": " ".join(["7"] * 600), "gold": "1"}, {"id": "noprompt", "question": "x"},
-           {"id": "p3", "prompt": "Compute from left to right : 1 + 2", "gold": "3"}]  # duplicate id
+    rows = [
+        {"id": f"p{i}", "prompt": p.prompt, "gold": str(p.answer)}
+        for i, p in enumerate(problems("train", N_GOOD, seed=7))
+    ]
+    bad = [
+        {"id": "empty", "prompt": "   ", "gold": "1"},
+        {"id": "number", "prompt": 123, "gold": "1"},
+        {"id": "long", "prompt": " ".join(["7"] * 600), "gold": "1"},
+        {"id": "noprompt", "question": "x"},
+        {"id": "p3", "prompt": "Compute from left to right : 1 + 2", "gold": "3"},
+    ]  # duplicate id
     lines = [json.dumps(r) for r in rows[:10]] + [json.dumps(r) for r in bad] + [json.dumps(r) for r in rows[10:]]
     (d / "prompts.jsonl").write_text("\n".join(lines) + "\n")
     eng = {"model": TEACHER, "dtype": "float32", "enforce_eager": True, "max_model_len": 512, "max_num_seqs": 64}
     cfgs = {
-        "traces": {"input": {"kind": "jsonl", "path": str(d / "prompts.jsonl"), "gold_column": "gold"},
-                   "output": str(d / "traces"), "chunk_rows": 4, "engine": {**eng, "batch_size": 4},
-                   "sampling": {"temperature": 0.6, "max_tokens": 400, "seed": 0}},
-        "labels": {"input": str(d / "traces"), "output": str(d / "labels"), "chunk_rows": 4, "grader": "toy",
-                   "probe_max_tokens": 6, "engine": {**eng, "batch_size": 4, "max_num_seqs": 128}},
-        "train_draft": {"input": str(d / "labels"), "output": str(d / "draft"), "target": TEACHER,
-                        "run_name": "t", "storage_path": str(d / "ray_train"), "num_workers": 2, "use_gpu": False,
-                        "aux_layer_ids": [1, 2, 3], "draft_vocab_size": 160, "steps": 30, "batch_size": 4,
-                        "warmup_steps": 5, "log_every": 5, "checkpoint_every": 5, "max_failures": 2},
+        "traces": {
+            "input": {"kind": "jsonl", "path": str(d / "prompts.jsonl"), "gold_column": "gold"},
+            "output": str(d / "traces"),
+            "chunk_rows": 4,
+            "engine": {**eng, "batch_size": 4},
+            "sampling": {"temperature": 0.6, "max_tokens": 400, "seed": 0},
+        },
+        "labels": {
+            "input": str(d / "traces"),
+            "output": str(d / "labels"),
+            "chunk_rows": 4,
+            "grader": "toy",
+            "probe_max_tokens": 6,
+            "engine": {**eng, "batch_size": 4, "max_num_seqs": 128},
+        },
+        "train_draft": {
+            "input": str(d / "labels"),
+            "output": str(d / "draft"),
+            "target": TEACHER,
+            "run_name": "t",
+            "storage_path": str(d / "ray_train"),
+            "num_workers": 2,
+            "use_gpu": False,
+            "aux_layer_ids": [1, 2, 3],
+            "draft_vocab_size": 160,
+            "steps": 30,
+            "batch_size": 4,
+            "warmup_steps": 5,
+            "log_every": 5,
+            "checkpoint_every": 5,
+            "max_failures": 2,
+        },
     }
     for k, v in cfgs.items():
         (d / f"{k}.yaml").write_text(json.dumps(v))  # JSON is YAML
@@ -226,7 +276,15 @@ def test_train_job_survives_a_killed_worker(cluster, work):
     starts = [e for e in _events(work) if e["event"] == "start"]
     assert len(starts) == 2 and not starts[0]["resumed"] and starts[1]["resumed"] and starts[1]["step"] >= 5
     assert s["complete"] and s["step"] == 30 and s["resumed_from_steps"] == [starts[1]["step"]]
-    for term in ("token_loss", "confidence_loss", "progress_loss", "remaining_loss", "acc_0", "w_confidence", "grad_norm"):
+    for term in (
+        "token_loss",
+        "confidence_loss",
+        "progress_loss",
+        "remaining_loss",
+        "acc_0",
+        "w_confidence",
+        "grad_norm",
+    ):
         assert f"{term}=" in logs
     draft = work / "draft"
     assert (draft / "config.json").exists() and (draft / "model.safetensors").exists()
@@ -239,8 +297,9 @@ def test_rerun_with_same_name_resumes_locally(work):
     (work / "train_more.yaml").write_text(json.dumps(cfg))
     env = dict(os.environ, RAY_AUTH_MODE="disabled", HF_HUB_OFFLINE="1")
     env.pop("RAY_ADDRESS", None)
-    r, s = run_json([sys.executable, "-m", "pipelines.train_draft", "--config", work / "train_more.yaml"],
-                    env=env, timeout=600)
+    r, s = run_json(
+        [sys.executable, "-m", "pipelines.train_draft", "--config", work / "train_more.yaml"], env=env, timeout=600
+    )
     assert s["step"] == 34 and s["resumed_from_steps"][-1] == 30
     assert "resuming from step 30" in r.stdout + r.stderr
 
@@ -252,13 +311,19 @@ def _spec_greedy(draft_dir, prompts, eos, *extra_args):
     apply_cpu_defaults()
     from vllm import LLM, SamplingParams
 
-    llm = LLM(**toy_llm_kwargs(TEACHER, speculative_config={"method": "eagle3", "model": str(draft_dir),
-                                                            "num_speculative_tokens": 3}))
+    llm = LLM(
+        **toy_llm_kwargs(
+            TEACHER, speculative_config={"method": "eagle3", "model": str(draft_dir), "num_speculative_tokens": 3}
+        )
+    )
     res = []
     try:
         for x in extra_args or (None,):
-            outs = llm.generate([{"prompt_token_ids": p} for p in prompts],
-                                SamplingParams(temperature=0, max_tokens=200, extra_args=x), use_tqdm=False)
+            outs = llm.generate(
+                [{"prompt_token_ids": p} for p in prompts],
+                SamplingParams(temperature=0, max_tokens=200, extra_args=x),
+                use_tqdm=False,
+            )
             res.append([[t for t in o.outputs[0].token_ids if t != eos] for o in outs])
     finally:
         llm.llm_engine.engine_core.shutdown()
@@ -278,12 +343,16 @@ def test_exported_draft_runs_eagle3_in_vllm(work):
     assert draft.cfg.signals and draft.cfg.aux_layer_ids == (1, 2, 3)
     model, tok = load_teacher(TEACHER)
     close = tok.convert_tokens_to_ids("</think>")
-    assert draft.cfg.token_ids == {"think_start": tok.convert_tokens_to_ids("<think>"), "think_end": close,
-                                   "split": [tok.convert_tokens_to_ids("\n\n")]}
+    assert draft.cfg.token_ids == {
+        "think_start": tok.convert_tokens_to_ids("<think>"),
+        "think_end": close,
+        "split": [tok.convert_tokens_to_ids("\n\n")],
+    }
     prompts = [prompt_ids(tok, p) for p in problems("test", 4, seed=11)]
     want = generate(model, tok, prompts, max_new_tokens=200)
     try:
         import specexit_core.vllm_plugin  # noqa: F401  (registered through the vllm.general_plugins entry point)
+
         has_plugin = True
     except ImportError:
         has_plugin = False

@@ -9,8 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines.traces.config import InputConfig
-from pipelines.traces.sources import read_prompts
+from pipelines.common.prompt_source import InputConfig, read_prompts
 
 ray = pytest.importorskip("ray")
 
@@ -46,19 +45,37 @@ def test_jsonl_keeps_order_ids_and_bad_rows(tmp_path):
 
 
 def test_parquet_with_id_column(tmp_path):
-    pq.write_table(pa.table({"uid": [f"u{i}" for i in range(10)], "question": [f"q{i}" for i in range(10)]}),
-                   tmp_path / "p.parquet")
-    rows = read_prompts(InputConfig(kind="parquet", path=str(tmp_path / "p.parquet"), id_column="uid",
-                                    prompt_column="question"), limit=None)
+    pq.write_table(
+        pa.table({"uid": [f"u{i}" for i in range(10)], "question": [f"q{i}" for i in range(10)]}),
+        tmp_path / "p.parquet",
+    )
+    rows = read_prompts(
+        InputConfig(kind="parquet", path=str(tmp_path / "p.parquet"), id_column="uid", prompt_column="question"),
+        limit=None,
+    )
     assert [r["id"] for r in rows] == [f"u{i}" for i in range(10)] and rows[9]["prompt"] == "q9"
 
 
 def test_hf_save_to_disk_gsm8k_style(tmp_path):
     datasets = pytest.importorskip("datasets")
-    d = datasets.DatasetDict({"train": datasets.Dataset.from_dict(
-        {"question": ["How many?", "", "And now?"], "answer": ["2 + 2 = 4\n#### 4", "#### 0", "#### 7"]})})
+    d = datasets.DatasetDict(
+        {
+            "train": datasets.Dataset.from_dict(
+                {"question": ["How many?", "", "And now?"], "answer": ["2 + 2 = 4\n#### 4", "#### 0", "#### 7"]}
+            )
+        }
+    )
     d.save_to_disk(str(tmp_path / "gsm"))
-    rows = read_prompts(InputConfig(kind="hf_disk", path=str(tmp_path / "gsm"), split="train", id_column=None,
-                                    prompt_column="question", gold_column="answer"), limit=None)
+    rows = read_prompts(
+        InputConfig(
+            kind="hf_disk",
+            path=str(tmp_path / "gsm"),
+            split="train",
+            id_column=None,
+            prompt_column="question",
+            gold_column="answer",
+        ),
+        limit=None,
+    )
     assert [r["id"] for r in rows] == ["row-00000000", "row-00000001", "row-00000002"]
     assert rows[0]["gold"] == "2 + 2 = 4\n#### 4" and rows[1]["error"] == "empty prompt"

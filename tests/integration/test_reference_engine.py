@@ -96,9 +96,14 @@ def test_exit_decision_depends_only_on_text(engines, spec_on):
         if not r.exited:
             continue
         n = r.exit.index + 1
-        d = decide(r.token_ids[:n], r.signals[:n] + [(0.0, 0.0, 1e9)] * (n - len(r.signals[:n])), ExitConfig(),
-                   split_token_ids=eng.split_ids, think_start_id=tok.convert_tokens_to_ids("<think>"),
-                   think_end_id=tok.convert_tokens_to_ids("</think>"))
+        d = decide(
+            r.token_ids[:n],
+            r.signals[:n] + [(0.0, 0.0, 1e9)] * (n - len(r.signals[:n])),
+            ExitConfig(),
+            split_token_ids=eng.split_ids,
+            think_start_id=tok.convert_tokens_to_ids("<think>"),
+            think_end_id=tok.convert_tokens_to_ids("</think>"),
+        )
         assert d == r.exit
 
 
@@ -136,7 +141,8 @@ def test_sampled_generation_is_seeded_and_finishes(engines, prompts):
 
 
 def test_max_think_tokens_forces_close(engines, prompts):
-    r = engines["spec"].generate([GenerationRequest(prompts[1][0], max_tokens=400,
-                                                    exit=ExitConfig(max_think_tokens=10))])[0]
+    r = engines["spec"].generate(
+        [GenerationRequest(prompts[1][0], max_tokens=400, exit=ExitConfig(max_think_tokens=10))]
+    )[0]
     assert r.exit.reason == "max_think_tokens" and r.think_tokens == 10
     assert r.token_ids[10] == engines["tok"].convert_tokens_to_ids("</think>")

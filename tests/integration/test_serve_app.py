@@ -26,9 +26,18 @@ FORCED = {"specexit_method": "progress", "specexit_progress_threshold": 0.0}  # 
 
 def app_args(key_file: str) -> dict:
     return {
-        "model": {"id": MODEL, "source": "toy:teacher", "draft": "toy:draft", "accelerator": "cpu",
-                  "dtype": "float32", "enforce_eager": True, "max_model_len": 512, "max_num_seqs": 32, "seed": 0,
-                  "cpu": {"kv_cache_gib": 1, "omp_threads_bind": "0-1"}},
+        "model": {
+            "id": MODEL,
+            "source": "toy:teacher",
+            "draft": "toy:draft",
+            "accelerator": "cpu",
+            "dtype": "float32",
+            "enforce_eager": True,
+            "max_model_len": 512,
+            "max_num_seqs": 32,
+            "seed": 0,
+            "cpu": {"kv_cache_gib": 1, "omp_threads_bind": "0-1"},
+        },
         "autoscaling": {"min_replicas": 1, "max_replicas": 1, "target_ongoing_requests": 16},
         # queue >= client concurrency: a finished request frees its replica slot a little after the client
         # has its answer, so a client at concurrency 16 briefly queues up to 16 requests
@@ -87,9 +96,14 @@ def chat(client, xargs=None, **kw):
     extra = dict(kw.pop("extra_body", {}))
     if xargs is not None:
         extra["vllm_xargs"] = xargs
-    return client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": kw.pop("prompt", PROMPT)}],
-                                          max_tokens=kw.pop("max_tokens", 300), temperature=0,
-                                          extra_body=extra or None, **kw)
+    return client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": kw.pop("prompt", PROMPT)}],
+        max_tokens=kw.pop("max_tokens", 300),
+        temperature=0,
+        extra_body=extra or None,
+        **kw,
+    )
 
 
 def specexit_usage(resp) -> dict:
@@ -141,16 +155,19 @@ def test_chat_stream_matches_non_stream(client):
 
 
 def test_completions_stream_and_not(client, tokenizer):
-    prompt = tokenizer.apply_chat_template([{"role": "user", "content": PROMPT}], tokenize=False,
-                                           add_generation_prompt=True)
-    r = client.completions.create(model=MODEL, prompt=prompt, max_tokens=300, temperature=0,
-                                  extra_body={"return_token_ids": True})
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": PROMPT}], tokenize=False, add_generation_prompt=True
+    )
+    r = client.completions.create(
+        model=MODEL, prompt=prompt, max_tokens=300, temperature=0, extra_body={"return_token_ids": True}
+    )
     text, se = r.choices[0].text, r.usage.model_extra["specexit"]
     ids = r.choices[0].model_extra["token_ids"]
     assert "</think>" in text and se["think_tokens"] == ids.index(tokenizer.convert_tokens_to_ids("</think>"))
     assert se["exited"] is True
-    s = client.completions.create(model=MODEL, prompt=prompt, max_tokens=300, temperature=0, stream=True,
-                                  stream_options={"include_usage": True})
+    s = client.completions.create(
+        model=MODEL, prompt=prompt, max_tokens=300, temperature=0, stream=True, stream_options={"include_usage": True}
+    )
     chunks = list(s)
     assert "".join(c.choices[0].text for c in chunks if c.choices) == text
     assert chunks[-1].usage.model_extra["specexit"] == se
@@ -166,8 +183,10 @@ def test_specexit_controls_change_the_output(client):
     assert s_on["exited"] and s_on["think_tokens"] < s_off["think_tokens"]
     assert s_forced["exited"] and s_forced["think_tokens"] < s_on["think_tokens"]
     assert forced.choices[0].message.model_extra["reasoning"].count("\n\n") == 1  # one paragraph of thought
-    assert not s_never["exited"] and never.choices[0].message.model_extra["reasoning"] == \
-        off.choices[0].message.model_extra["reasoning"]
+    assert (
+        not s_never["exited"]
+        and never.choices[0].message.model_extra["reasoning"] == off.choices[0].message.model_extra["reasoning"]
+    )
     assert s_budget["exited"] and s_budget["exit_reason"] == "max_think_tokens" and s_budget["think_tokens"] == 10
     # greedy decoding up to the exit point is untouched by the exit
     assert off.choices[0].message.model_extra["reasoning"].startswith(on.choices[0].message.model_extra["reasoning"])
@@ -176,26 +195,45 @@ def test_specexit_controls_change_the_output(client):
 # -- bad input: 4xx with a clear message, and the server keeps serving ----------------------------------
 
 
-@pytest.mark.parametrize("body,status,needle", [
-    (b"{not json", 400, "json"),
-    ({"model": MODEL, "max_tokens": 20}, 400, "messages"),
-    ({**GOOD, "messages": []}, 400, "message"),
-    ({**GOOD, "messages": "hello"}, 400, "messages"),
-    ({**GOOD, "max_tokens": "ten"}, 400, "max_tokens"),
-    ({**GOOD, "temperature": "hot"}, 400, "temperature"),
-    ({**GOOD, "max_tokens": -1}, 400, "max_tokens"),
-    ({**GOOD, "max_tokens": 10**9}, 400, "max"),
-    ({**GOOD, "messages": [{"role": "user", "content": "1 + 2 " * 400}]}, 400, "context"),
-    ({**GOOD, "model": "gpt-17"}, 404, "gpt-17"),
-    ({**GOOD, "vllm_xargs": {"specexit_confidence_threshold": 3}}, 400, "confidence_threshold"),
-    ({**GOOD, "vllm_xargs": {"specexit_nope": 1}}, 400, "unknown SpecExit control"),
-    ({**GOOD, "vllm_xargs": {"specexit_enabled": "perhaps"}}, 400, "boolean"),
-], ids=["malformed-json", "missing-messages", "empty-messages", "messages-wrong-type", "max-tokens-wrong-type",
-        "temperature-wrong-type", "negative-max-tokens", "huge-max-tokens", "prompt-too-long", "unknown-model",
-        "specexit-threshold", "specexit-unknown", "specexit-enabled"])
+@pytest.mark.parametrize(
+    "body,status,needle",
+    [
+        (b"{not json", 400, "json"),
+        ({"model": MODEL, "max_tokens": 20}, 400, "messages"),
+        ({**GOOD, "messages": []}, 400, "message"),
+        ({**GOOD, "messages": "hello"}, 400, "messages"),
+        ({**GOOD, "max_tokens": "ten"}, 400, "max_tokens"),
+        ({**GOOD, "temperature": "hot"}, 400, "temperature"),
+        ({**GOOD, "max_tokens": -1}, 400, "max_tokens"),
+        ({**GOOD, "max_tokens": 10**9}, 400, "max"),
+        ({**GOOD, "messages": [{"role": "user", "content": "1 + 2 " * 400}]}, 400, "context"),
+        ({**GOOD, "model": "gpt-17"}, 404, "gpt-17"),
+        ({**GOOD, "vllm_xargs": {"specexit_confidence_threshold": 3}}, 400, "confidence_threshold"),
+        ({**GOOD, "vllm_xargs": {"specexit_nope": 1}}, 400, "unknown SpecExit control"),
+        ({**GOOD, "vllm_xargs": {"specexit_enabled": "perhaps"}}, 400, "boolean"),
+    ],
+    ids=[
+        "malformed-json",
+        "missing-messages",
+        "empty-messages",
+        "messages-wrong-type",
+        "max-tokens-wrong-type",
+        "temperature-wrong-type",
+        "negative-max-tokens",
+        "huge-max-tokens",
+        "prompt-too-long",
+        "unknown-model",
+        "specexit-threshold",
+        "specexit-unknown",
+        "specexit-enabled",
+    ],
+)
 def test_bad_input_4xx(base, body, status, needle):
-    kw = {"content": body, "headers": {**auth(), "content-type": "application/json"}} if isinstance(body, bytes) \
+    kw = (
+        {"content": body, "headers": {**auth(), "content-type": "application/json"}}
+        if isinstance(body, bytes)
         else {"json": body, "headers": auth()}
+    )
     r = httpx.post(base + "/v1/chat/completions", timeout=60, **kw)
     assert r.status_code == status, r.text
     err = r.json()["error"]
@@ -234,16 +272,26 @@ def test_client_disconnect_aborts_the_engine_request(base):
 
 async def _fire(base: str, n: int, concurrency: int, body: dict, timeout: float = 90) -> list:
     sem = asyncio.Semaphore(concurrency)
-    async with httpx.AsyncClient(base_url=base, headers=auth(), timeout=timeout,
-                                 limits=httpx.Limits(max_connections=concurrency + 8)) as c:
+    async with httpx.AsyncClient(
+        base_url=base, headers=auth(), timeout=timeout, limits=httpx.Limits(max_connections=concurrency + 8)
+    ) as c:
+
         async def one(i):
             async with sem:
                 try:
-                    r = await c.post("/v1/chat/completions", json={**body, "messages": [
-                        {"role": "user", "content": f"Compute from left to right : {i % 90 + 1} + {i % 7} * 3"}]})
+                    r = await c.post(
+                        "/v1/chat/completions",
+                        json={
+                            **body,
+                            "messages": [
+                                {"role": "user", "content": f"Compute from left to right : {i % 90 + 1} + {i % 7} * 3"}
+                            ],
+                        },
+                    )
                     return r.status_code, r.headers.get("retry-after"), r.text
                 except httpx.HTTPError as e:
                     return type(e).__name__, None, str(e)
+
         return await asyncio.gather(*(one(i) for i in range(n)))
 
 
@@ -258,8 +306,9 @@ def test_load_200_requests_at_concurrency_16(base):
 def test_overload_beyond_the_queue_gets_429_with_retry_after(base):
     # 16 running + 16 queued per replica: 80 at once must overflow, fast, never hang
     t0 = time.time()
-    res = asyncio.run(_fire(base, 80, 80, {"model": MODEL, "max_tokens": 300, "temperature": 0,
-                                           "ignore_eos": True}, timeout=60))
+    res = asyncio.run(
+        _fire(base, 80, 80, {"model": MODEL, "max_tokens": 300, "temperature": 0, "ignore_eos": True}, timeout=60)
+    )
     codes = [r[0] for r in res]
     assert set(codes) <= {200, 429}, [r for r in res if r[0] not in (200, 429)][:3]
     assert codes.count(429) >= 20 and codes.count(200) >= 16
@@ -274,8 +323,9 @@ def _kill_during_load(base, pick) -> list:
     pids = handle("specexit_engine_pids")
 
     async def run():
-        task = asyncio.create_task(_fire(base, 24, 8, {"model": MODEL, "max_tokens": 300, "temperature": 0,
-                                                       "ignore_eos": True}, timeout=90))
+        task = asyncio.create_task(
+            _fire(base, 24, 8, {"model": MODEL, "max_tokens": 300, "temperature": 0, "ignore_eos": True}, timeout=90)
+        )
         await asyncio.sleep(1.0)
         os.kill(pick(pids), signal.SIGKILL)
         return await task

@@ -18,13 +18,32 @@ SERVER = f"SpecExitLLMServer:{MODEL}"
 
 @pytest.fixture(scope="module")
 def base():
-    with running_serve(ServeApp("auto", {
-        "model": {"id": MODEL, "source": "toy:teacher", "draft": "toy:draft", "accelerator": "cpu",
-                  "dtype": "float32", "enforce_eager": True, "max_model_len": 512, "max_num_seqs": 16},
-        "autoscaling": {"min_replicas": 1, "max_replicas": 2, "target_ongoing_requests": 1,
-                        "upscale_delay_s": 0, "downscale_delay_s": 5},
-        "backpressure": {"max_ongoing_requests": 8, "max_queued_requests": 64},
-        "request_timeout_s": 120})) as url:
+    with running_serve(
+        ServeApp(
+            "auto",
+            {
+                "model": {
+                    "id": MODEL,
+                    "source": "toy:teacher",
+                    "draft": "toy:draft",
+                    "accelerator": "cpu",
+                    "dtype": "float32",
+                    "enforce_eager": True,
+                    "max_model_len": 512,
+                    "max_num_seqs": 16,
+                },
+                "autoscaling": {
+                    "min_replicas": 1,
+                    "max_replicas": 2,
+                    "target_ongoing_requests": 1,
+                    "upscale_delay_s": 0,
+                    "downscale_delay_s": 5,
+                },
+                "backpressure": {"max_ongoing_requests": 8, "max_queued_requests": 64},
+                "request_timeout_s": 120,
+            },
+        )
+    ) as url:
         yield url
 
 
@@ -45,12 +64,21 @@ def test_scales_up_under_load_and_back_down(base):
 
     async def load():
         async with httpx.AsyncClient(base_url=base, timeout=120) as c:
+
             async def worker():
                 while not stop.is_set():
-                    r = await c.post("/v1/chat/completions", json={
-                        "model": MODEL, "messages": [{"role": "user", "content": "Compute from left to right : 7 + 5"}],
-                        "max_tokens": 300, "temperature": 0, "ignore_eos": True})
+                    r = await c.post(
+                        "/v1/chat/completions",
+                        json={
+                            "model": MODEL,
+                            "messages": [{"role": "user", "content": "Compute from left to right : 7 + 5"}],
+                            "max_tokens": 300,
+                            "temperature": 0,
+                            "ignore_eos": True,
+                        },
+                    )
                     codes.append(r.status_code)
+
             await asyncio.gather(*(worker() for _ in range(6)))
 
     th = threading.Thread(target=lambda: asyncio.run(load()))

@@ -9,15 +9,30 @@ from support.serve import ServeApp, running_serve
 
 pytestmark = pytest.mark.vllm
 
-PROMPTS = ["Compute from left to right : 7 + 5 * 3 - 4", "Compute from left to right : 12 - 3 + 8 * 2",
-           "Compute from left to right : 9 * 9 - 17 + 4 - 30"]
+PROMPTS = [
+    "Compute from left to right : 7 + 5 * 3 - 4",
+    "Compute from left to right : 12 - 3 + 8 * 2",
+    "Compute from left to right : 9 * 9 - 17 + 4 - 30",
+]
 
 
 def args(tp: int, bind: str) -> dict:
-    return {"model": {"id": f"toy-tp{tp}", "source": "toy:teacher", "draft": "toy:draft", "accelerator": "cpu",
-                      "tensor_parallel_size": tp, "dtype": "float32", "enforce_eager": True, "max_model_len": 512,
-                      "max_num_seqs": 8, "seed": 0, "cpu": {"kv_cache_gib": 1, "omp_threads_bind": bind}},
-            "request_timeout_s": 120}
+    return {
+        "model": {
+            "id": f"toy-tp{tp}",
+            "source": "toy:teacher",
+            "draft": "toy:draft",
+            "accelerator": "cpu",
+            "tensor_parallel_size": tp,
+            "dtype": "float32",
+            "enforce_eager": True,
+            "max_model_len": 512,
+            "max_num_seqs": 8,
+            "seed": 0,
+            "cpu": {"kv_cache_gib": 1, "omp_threads_bind": bind},
+        },
+        "request_timeout_s": 120,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -27,8 +42,13 @@ def base():
 
 
 def _chat(url: str, tp: int, prompt: str, xargs: dict | None) -> dict:
-    body = {"model": f"toy-tp{tp}", "messages": [{"role": "user", "content": prompt}], "max_tokens": 300,
-            "temperature": 0, "stream_options": None}
+    body = {
+        "model": f"toy-tp{tp}",
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": 300,
+        "temperature": 0,
+        "stream_options": None,
+    }
     if xargs:
         body["vllm_xargs"] = xargs
     r = httpx.post(f"{url}/tp{tp}/v1/chat/completions", json=body, timeout=120)

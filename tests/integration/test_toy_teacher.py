@@ -17,13 +17,26 @@ def test_shipped_files_match_build_config():
     cfg = BuildConfig.from_json(json.loads((TEACHER_DIR / "build_config.json").read_text()))
     tok = build_tokenizer()
     want = cfg.arch.hf_config(
-        bos_token_id=tok.convert_tokens_to_ids("<|im_start|>"), eos_token_id=tok.eos_token_id,
+        bos_token_id=tok.convert_tokens_to_ids("<|im_start|>"),
+        eos_token_id=tok.eos_token_id,
         pad_token_id=tok.pad_token_id,
     ).to_dict()
     have = json.loads((TEACHER_DIR / "config.json").read_text())
-    for key in ["hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
-                "intermediate_size", "vocab_size", "max_position_embeddings", "tie_word_embeddings",
-                "eos_token_id", "pad_token_id", "architectures", "model_type"]:
+    for key in [
+        "hidden_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "head_dim",
+        "intermediate_size",
+        "vocab_size",
+        "max_position_embeddings",
+        "tie_word_embeddings",
+        "eos_token_id",
+        "pad_token_id",
+        "architectures",
+        "model_type",
+    ]:
         assert have[key] == want[key], key
     weights = TEACHER_DIR / "model.safetensors"
     assert weights.stat().st_size < 10 * 2**20  # "a few MB"
@@ -79,8 +92,15 @@ def test_forced_answer_after_last_calculation_is_right(teacher):
 
 def test_eval_reports_every_field(teacher):
     res = evaluate(TEACHER_DIR, n=16).to_json()
-    for key in ["accuracy", "accuracy_sampled", "mean_think_tokens", "think_tokens_std", "overthinking_ratio",
-                "slip_rate_sampled", "n"]:
+    for key in [
+        "accuracy",
+        "accuracy_sampled",
+        "mean_think_tokens",
+        "think_tokens_std",
+        "overthinking_ratio",
+        "slip_rate_sampled",
+        "n",
+    ]:
         assert key in res
     assert res["n"] == 16 and 0 <= res["accuracy"] <= 1 and res["mean_think_tokens"] > 10
 

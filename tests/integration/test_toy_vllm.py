@@ -34,7 +34,10 @@ def test_vllm_greedy_equals_transformers_greedy(llm, teacher):
 def test_vllm_chat_template_and_reasoning_tokens(llm):
     from vllm import SamplingParams
 
-    out = llm.chat([{"role": "user", "content": "Compute from left to right : 7 + 5 * 3 - 4"}],
-                   SamplingParams(max_tokens=300, temperature=0), use_tqdm=False)
+    out = llm.chat(
+        [{"role": "user", "content": "Compute from left to right : 7 + 5 * 3 - 4"}],
+        SamplingParams(max_tokens=300, temperature=0),
+        use_tqdm=False,
+    )
     text = out[0].outputs[0].text
     assert "</think>" in text and grade(text, 32)

@@ -22,8 +22,11 @@ MAX_TOKENS = 400
 
 
 def spec_kwargs(draft_dir, **kw):
-    return toy_llm_kwargs(str(TEACHER_DIR), speculative_config={
-        "method": "eagle3", "model": str(draft_dir), "num_speculative_tokens": 3}, **kw)
+    return toy_llm_kwargs(
+        str(TEACHER_DIR),
+        speculative_config={"method": "eagle3", "model": str(draft_dir), "num_speculative_tokens": 3},
+        **kw,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -62,9 +65,11 @@ def run(llm, prompts, extra_args=None):
     from vllm import SamplingParams
 
     sps = extra_args if isinstance(extra_args, list) else [extra_args] * len(prompts)
-    outs = llm.generate([{"prompt_token_ids": p} for p in prompts],
-                        [SamplingParams(max_tokens=MAX_TOKENS, temperature=0, extra_args=x) for x in sps],
-                        use_tqdm=False)
+    outs = llm.generate(
+        [{"prompt_token_ids": p} for p in prompts],
+        [SamplingParams(max_tokens=MAX_TOKENS, temperature=0, extra_args=x) for x in sps],
+        use_tqdm=False,
+    )
     return outs
 
 
@@ -119,10 +124,16 @@ def test_batch_mixes_exit_settings_per_request(llm, prompts, reference):
     sub = prompts[:9]
     cfgs = [None, {"specexit": False}, {"specexit_method": "progress", "specexit_progress_threshold": 0.5}] * 3
     outs = run(llm, sub, cfgs)
-    want = reference.generate([
-        GenerationRequest(p, max_tokens=MAX_TOKENS, exit=[None, ExitConfig(enabled=False),
-                                                            ExitConfig(method="progress", progress_threshold=0.5)][i % 3])
-        for i, p in enumerate(sub)])
+    want = reference.generate(
+        [
+            GenerationRequest(
+                p,
+                max_tokens=MAX_TOKENS,
+                exit=[None, ExitConfig(enabled=False), ExitConfig(method="progress", progress_threshold=0.5)][i % 3],
+            )
+            for i, p in enumerate(sub)
+        ]
+    )
     eos = reference.eos_id
     got = [strip_eos(o.outputs[0].token_ids, eos) for o in outs]
     assert sum(g == w.token_ids for g, w in zip(got, want)) >= 8
@@ -147,8 +158,7 @@ def test_per_worker_counters(llm):
 
 
 def test_unsupported_vllm_version_fails_at_startup():
-    code = ("import vllm; vllm.__version__ = '0.31.0'\n"
-            "from specexit_core.vllm_plugin import register\nregister()")
+    code = "import vllm; vllm.__version__ = '0.31.0'\nfrom specexit_core.vllm_plugin import register\nregister()"
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert res.returncode != 0
     assert "supports vLLM >=0.32.0 <0.33.0" in res.stderr and "found 0.31.0" in res.stderr
@@ -157,10 +167,12 @@ def test_unsupported_vllm_version_fails_at_startup():
 def test_plugin_registration_leaves_the_runner_env_alone():
     """Registering the plugin pins no model runner through the environment (a fresh interpreter:
     importing vLLM there takes ~20 s, so this lives here, not in tests/unit)."""
-    code = ("import os\nfrom specexit_core.vllm_plugin import register\nregister()\n"
-            "from vllm.config import VllmConfig\n"
-            "print(repr(os.environ.get('VLLM_USE_V2_MODEL_RUNNER')), "
-            "VllmConfig.use_v2_model_runner.fget._specexit)")
+    code = (
+        "import os\nfrom specexit_core.vllm_plugin import register\nregister()\n"
+        "from vllm.config import VllmConfig\n"
+        "print(repr(os.environ.get('VLLM_USE_V2_MODEL_RUNNER')), "
+        "VllmConfig.use_v2_model_runner.fget._specexit)"
+    )
     env = {k: v for k, v in __import__("os").environ.items() if k != "VLLM_USE_V2_MODEL_RUNNER"}
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240, env=env)
     assert res.returncode == 0, res.stderr[-2000:]
@@ -176,17 +188,23 @@ def test_streaming_with_aborts_leaves_no_state(prompts, reference, teacher, tele
 
     _, tok = teacher
     apply_cpu_defaults()
-    ref = {i: r.token_ids for i, r in enumerate(reference.generate(
-        [GenerationRequest(p, max_tokens=MAX_TOKENS) for p in prompts[:20]]))}
+    ref = {
+        i: r.token_ids
+        for i, r in enumerate(reference.generate([GenerationRequest(p, max_tokens=MAX_TOKENS) for p in prompts[:20]]))
+    }
 
     async def main():
         engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**spec_kwargs(DRAFT_DIR)))
         try:
+
             async def one(i):
                 rid = f"storm{i}"
                 got = []
-                async for out in engine.generate({"prompt_token_ids": prompts[i % len(prompts)]},
-                                                 SamplingParams(max_tokens=MAX_TOKENS, temperature=0), rid):
+                async for out in engine.generate(
+                    {"prompt_token_ids": prompts[i % len(prompts)]},
+                    SamplingParams(max_tokens=MAX_TOKENS, temperature=0),
+                    rid,
+                ):
                     got = list(out.outputs[0].token_ids)
                     if i % 10 == 0 and len(got) >= 5:
                         await engine.abort(rid)
@@ -223,9 +241,11 @@ def test_sampling_under_speculation_is_sane_at_temperature(llm, prompts):
 
     probs = problems("test", N_PARITY, seed=21)[:32]
     for extra in ({"specexit": False}, None):
-        outs = llm.generate([{"prompt_token_ids": p} for p in prompts[:32]],
-                            SamplingParams(max_tokens=MAX_TOKENS, temperature=0.6, seed=3, extra_args=extra),
-                            use_tqdm=False)
+        outs = llm.generate(
+            [{"prompt_token_ids": p} for p in prompts[:32]],
+            SamplingParams(max_tokens=MAX_TOKENS, temperature=0.6, seed=3, extra_args=extra),
+            use_tqdm=False,
+        )
         acc = sum(grade(o.outputs[0].text, p.answer) for o, p in zip(outs, probs)) / len(probs)
         assert acc >= 0.75, (extra, acc, outs[0].outputs[0].text[:300])
 
@@ -239,7 +259,9 @@ def test_cpu_expand_batch_to_tokens_fix():
     got = expand_batch_to_tokens(temp, torch.tensor([2, 5, 6], dtype=torch.int32), 6, replace_from=0, replace_to=1)
     assert torch.equal(got, torch.tensor([0.6, 0.6, 1.0, 1.0, 1.0, 1.3]))
     top_k = torch.tensor([5, 7], dtype=torch.int32)
-    assert torch.equal(expand_batch_to_tokens(top_k, torch.tensor([1, 3]), 3), torch.tensor([5, 7, 7], dtype=torch.int32))
+    assert torch.equal(
+        expand_batch_to_tokens(top_k, torch.tensor([1, 3]), 3), torch.tensor([5, 7, 7], dtype=torch.int32)
+    )
 
 
 def test_bad_settings_and_broken_telemetry_never_kill_the_engine(prompts, tmp_path, monkeypatch):
@@ -265,8 +287,11 @@ def test_bad_settings_and_broken_telemetry_never_kill_the_engine(prompts, tmp_pa
         # (which read min_think_tokens 50 at start-up), as before the fix.
         monkeypatch.setenv("SPECEXIT_EXIT_CONFIG", "{}")
         smuggled = SamplingParams(max_tokens=MAX_TOKENS, temperature=0, extra_args={"specexit_max_think_tokens": 10})
-        outs = engine.generate([{"prompt_token_ids": p} for p in prompts[:4]],
-                               [smuggled] + [SamplingParams(max_tokens=MAX_TOKENS, temperature=0)] * 3, use_tqdm=False)
+        outs = engine.generate(
+            [{"prompt_token_ids": p} for p in prompts[:4]],
+            [smuggled] + [SamplingParams(max_tokens=MAX_TOKENS, temperature=0)] * 3,
+            use_tqdm=False,
+        )
         assert all(o.outputs[0].token_ids for o in outs)
         later = run(engine, prompts[4:8])
         assert all(o.outputs[0].token_ids for o in later)

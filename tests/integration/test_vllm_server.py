@@ -21,15 +21,40 @@ pytestmark = pytest.mark.vllm
 def server(tmp_path_factory):
     port = free_port()
     prom = tmp_path_factory.mktemp("prom")  # multiprocess metrics: worker counters reach /metrics
-    env = dict(os.environ, HF_HUB_OFFLINE="1", VLLM_CPU_KVCACHE_SPACE="1", VLLM_CPU_OMP_THREADS_BIND="0-1",
-               PROMETHEUS_MULTIPROC_DIR=str(prom))
+    env = dict(
+        os.environ,
+        HF_HUB_OFFLINE="1",
+        VLLM_CPU_KVCACHE_SPACE="1",
+        VLLM_CPU_OMP_THREADS_BIND="0-1",
+        PROMETHEUS_MULTIPROC_DIR=str(prom),
+    )
     spec = json.dumps({"method": "eagle3", "model": str(DRAFT_DIR), "num_speculative_tokens": 3})
     log = open(tmp_path_factory.mktemp("server") / "server.log", "w")  # noqa: SIM115 (the server writes it until teardown)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(TEACHER_DIR),
-         "--served-model-name", "specexit-toy", "--speculative-config", spec, "--dtype", "float32",
-         "--enforce-eager", "--max-model-len", "512", "--host", "127.0.0.1", "--port", str(port)],
-        env=env, stdout=log, stderr=subprocess.STDOUT)
+        [
+            sys.executable,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(TEACHER_DIR),
+            "--served-model-name",
+            "specexit-toy",
+            "--speculative-config",
+            spec,
+            "--dtype",
+            "float32",
+            "--enforce-eager",
+            "--max-model-len",
+            "512",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         for _ in range(240):
@@ -53,9 +78,17 @@ def server(tmp_path_factory):
 
 
 def chat(base, content, **extra):
-    return requests.post(base + "/v1/chat/completions", timeout=120, json={
-        "model": "specexit-toy", "messages": [{"role": "user", "content": content}],
-        "max_tokens": 400, "temperature": 0, **extra})
+    return requests.post(
+        base + "/v1/chat/completions",
+        timeout=120,
+        json={
+            "model": "specexit-toy",
+            "messages": [{"role": "user", "content": content}],
+            "max_tokens": 400,
+            "temperature": 0,
+            **extra,
+        },
+    )
 
 
 def test_openai_client_with_and_without_exit(server):
@@ -63,13 +96,23 @@ def test_openai_client_with_and_without_exit(server):
 
     client = OpenAI(base_url=server + "/v1", api_key="unused")
     p = problems("test", 1, seed=99)[0]
-    on = client.chat.completions.create(model="specexit-toy", messages=[{"role": "user", "content": p.prompt}],
-                                        max_tokens=400, temperature=0)
-    off = client.chat.completions.create(model="specexit-toy", messages=[{"role": "user", "content": p.prompt}],
-                                         max_tokens=400, temperature=0, extra_body={"vllm_xargs": {"specexit_enabled": 0}})
+    on = client.chat.completions.create(
+        model="specexit-toy", messages=[{"role": "user", "content": p.prompt}], max_tokens=400, temperature=0
+    )
+    off = client.chat.completions.create(
+        model="specexit-toy",
+        messages=[{"role": "user", "content": p.prompt}],
+        max_tokens=400,
+        temperature=0,
+        extra_body={"vllm_xargs": {"specexit_enabled": 0}},
+    )
     forced = client.chat.completions.create(
-        model="specexit-toy", messages=[{"role": "user", "content": p.prompt}], max_tokens=400, temperature=0,
-        extra_body={"vllm_xargs": {"specexit_method": "progress", "specexit_progress_threshold": 0.0}})
+        model="specexit-toy",
+        messages=[{"role": "user", "content": p.prompt}],
+        max_tokens=400,
+        temperature=0,
+        extra_body={"vllm_xargs": {"specexit_method": "progress", "specexit_progress_threshold": 0.0}},
+    )
     t_on, t_off, t_forced = (r.choices[0].message.content for r in (on, off, forced))
     assert "</think>" in t_off and grade(t_off, p.answer)
     assert len(t_on) <= len(t_off)
@@ -77,11 +120,14 @@ def test_openai_client_with_and_without_exit(server):
     assert t_forced.split("</think>")[0].count("\n\n") == 1
 
 
-@pytest.mark.parametrize("xargs,needle", [
-    ({"specexit_confidence_threshold": 3}, "confidence_threshold"),
-    ({"specexit_nope": 1}, "unknown SpecExit control"),
-    ({"specexit_enabled": "perhaps"}, "boolean"),
-])
+@pytest.mark.parametrize(
+    "xargs,needle",
+    [
+        ({"specexit_confidence_threshold": 3}, "confidence_threshold"),
+        ({"specexit_nope": 1}, "unknown SpecExit control"),
+        ({"specexit_enabled": "perhaps"}, "boolean"),
+    ],
+)
 def test_invalid_controls_get_400_and_server_keeps_serving(server, xargs, needle):
     r = chat(server, "Compute from left to right : 1 + 2", vllm_xargs=xargs)
     assert r.status_code == 400, r.text
@@ -91,8 +137,11 @@ def test_invalid_controls_get_400_and_server_keeps_serving(server, xargs, needle
 
 def test_specexit_counters_in_vllm_metrics(server):
     """After the forced-exit request above, /metrics shows SpecExit's counters next to vLLM's."""
-    r = chat(server, "Compute from left to right : 3 + 4 * 2",
-             vllm_xargs={"specexit_method": "progress", "specexit_progress_threshold": 0.0})
+    r = chat(
+        server,
+        "Compute from left to right : 3 + 4 * 2",
+        vllm_xargs={"specexit_method": "progress", "specexit_progress_threshold": 0.0},
+    )
     assert r.status_code == 200
     chat(server, "Compute from left to right : 1 + 1")  # one more step so finished requests are counted
     text = requests.get(server + "/metrics", timeout=10).text

@@ -23,8 +23,9 @@ def specexit(*args: str) -> list[str]:
     return [sys.executable, "-m", "specexit_app.cli", *args]
 
 
-def run(argv: Sequence[str | PathLike], *, timeout: float, env: dict | None = None,
-        cwd: str | PathLike = REPO_ROOT) -> subprocess.CompletedProcess[str]:
+def run(
+    argv: Sequence[str | PathLike], *, timeout: float, env: dict | None = None, cwd: str | PathLike = REPO_ROOT
+) -> subprocess.CompletedProcess[str]:
     """`argv` in the checkout with captured text output; the exit status is the caller's to check."""
     return subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)
 
@@ -53,8 +54,9 @@ def output_json(stdout: str) -> dict:
     raise AssertionError(f"no SPECEXIT_SUMMARY line and no JSON at the end of the output:\n{stdout[-3000:]}")
 
 
-def run_json(argv: Sequence[str | PathLike], *, timeout: float, env: dict | None = None,
-             cwd: str | PathLike = REPO_ROOT) -> tuple[subprocess.CompletedProcess[str], dict]:
+def run_json(
+    argv: Sequence[str | PathLike], *, timeout: float, env: dict | None = None, cwd: str | PathLike = REPO_ROOT
+) -> tuple[subprocess.CompletedProcess[str], dict]:
     """`run`, assert it succeeded, and return it with its `output_json`."""
     p = run(argv, timeout=timeout, env=env, cwd=cwd)
     assert p.returncode == 0, tail(p)

@@ -21,13 +21,41 @@ from support.ports import free_port
 
 
 def head_args(*, gcs: int, client: int, dash: int, tmp: str, num_cpus: int = 8) -> list[str]:
-    return ["start", "--head", "--node-ip-address", "127.0.0.1", "--port", str(gcs),
-            "--ray-client-server-port", str(client), "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dash),
-            "--dashboard-agent-listen-port", str(free_port()), "--dashboard-agent-grpc-port", str(free_port()),
-            "--runtime-env-agent-port", str(free_port()), "--metrics-export-port", str(free_port()),
-            "--node-manager-port", str(free_port()), "--object-manager-port", str(free_port()),
-            "--num-cpus", str(num_cpus), "--object-store-memory", str(800 * 1024**2), "--include-dashboard", "true",
-            "--disable-usage-stats", "--temp-dir", tmp]
+    return [
+        "start",
+        "--head",
+        "--node-ip-address",
+        "127.0.0.1",
+        "--port",
+        str(gcs),
+        "--ray-client-server-port",
+        str(client),
+        "--dashboard-host",
+        "127.0.0.1",
+        "--dashboard-port",
+        str(dash),
+        "--dashboard-agent-listen-port",
+        str(free_port()),
+        "--dashboard-agent-grpc-port",
+        str(free_port()),
+        "--runtime-env-agent-port",
+        str(free_port()),
+        "--metrics-export-port",
+        str(free_port()),
+        "--node-manager-port",
+        str(free_port()),
+        "--object-manager-port",
+        str(free_port()),
+        "--num-cpus",
+        str(num_cpus),
+        "--object-store-memory",
+        str(800 * 1024**2),
+        "--include-dashboard",
+        "true",
+        "--disable-usage-stats",
+        "--temp-dir",
+        tmp,
+    ]
 
 
 class LocalHead:
@@ -38,8 +66,13 @@ class LocalHead:
         self.tmp = tempfile.mkdtemp(prefix=prefix, dir="/tmp")  # short: Ray's socket paths are length-limited
         self.gcs, self.dash, self.client = free_port(), free_port(), free_port()
         self.address = f"http://127.0.0.1:{self.dash}"
-        self.env = dict(os.environ, PATH=f"{VENV_BIN}:{os.environ['PATH']}", RAY_AUTH_MODE="disabled",
-                        HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+        self.env = dict(
+            os.environ,
+            PATH=f"{VENV_BIN}:{os.environ['PATH']}",
+            RAY_AUTH_MODE="disabled",
+            HF_HUB_OFFLINE="1",
+            TOKENIZERS_PARALLELISM="false",
+        )
         self.env.pop("RAY_ADDRESS", None)
 
     def start(self) -> None:
@@ -48,8 +81,9 @@ class LocalHead:
 
     def ray(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
         """The venv's `ray` CLI (`ray job submit ...`) with this head's environment, in the checkout."""
-        return subprocess.run([str(VENV_BIN / "ray"), *args], env=self.env, capture_output=True, text=True,
-                              timeout=timeout, cwd=REPO_ROOT)
+        return subprocess.run(
+            [str(VENV_BIN / "ray"), *args], env=self.env, capture_output=True, text=True, timeout=timeout, cwd=REPO_ROOT
+        )
 
     def _procs(self):
         import psutil
@@ -88,8 +122,9 @@ class LocalHead:
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
-def retry_no_agent(submit: Callable[[], subprocess.CompletedProcess], tries: int = 12,
-                   pause_s: float = 5) -> subprocess.CompletedProcess:
+def retry_no_agent(
+    submit: Callable[[], subprocess.CompletedProcess], tries: int = 12, pause_s: float = 5
+) -> subprocess.CompletedProcess:
     """Run a `ray job submit` call until the head's job agent took it.
 
     A fresh head's job agent registers a few seconds after `ray start` returns; under load that

@@ -23,8 +23,7 @@ MOVE = "fake it, or move the test to tests/integration/"
 # `ray.init` is a function re-exported by ray/__init__ from ray._private.worker: both names are
 # replaced once `ray` has loaded (replacing the inner one earlier would be re-exported as the original).
 GUARDED = {
-    "ray": [("ray", "init", "a Ray cluster (ray.init)"),
-            ("ray._private.worker", "init", "a Ray cluster (ray.init)")],
+    "ray": [("ray", "init", "a Ray cluster (ray.init)"), ("ray._private.worker", "init", "a Ray cluster (ray.init)")],
     "vllm.entrypoints.llm": [("vllm.entrypoints.llm", "LLM.__init__", "a vLLM engine (vllm.LLM)")],
     "vllm.v1.engine.async_llm": [("vllm.v1.engine.async_llm", "AsyncLLM.__init__", "a vLLM engine (AsyncLLM)")],
     "vllm.v1.engine.llm_engine": [("vllm.v1.engine.llm_engine", "LLMEngine.__init__", "a vLLM engine (LLMEngine)")],
@@ -34,8 +33,9 @@ GUARDED = {
 
 def _refuse(what: str):
     def refused(*args, **kwargs):
-        pytest.fail(f"a unit test started {what}: tests/unit runs without Ray clusters and vLLM engines; {MOVE}",
-                    pytrace=True)
+        pytest.fail(
+            f"a unit test started {what}: tests/unit runs without Ray clusters and vLLM engines; {MOVE}", pytrace=True
+        )
 
     return refused
 

@@ -21,8 +21,10 @@ MODELS = {
     "Qwen/Qwen3-4B-Thinking-2507": {"layers": 36, "hidden": 2560, "vocab": 151936},
     "deepseek-ai/DeepSeek-R1-Distill-Llama-8B": {"layers": 32, "hidden": 4096, "vocab": 128256},
 }
-GPU_RECIPES = {"examples/gpu": "Qwen/Qwen3-4B-Thinking-2507",
-               "examples/gpu/deepseek-r1-8b": "deepseek-ai/DeepSeek-R1-Distill-Llama-8B"}
+GPU_RECIPES = {
+    "examples/gpu": "Qwen/Qwen3-4B-Thinking-2507",
+    "examples/gpu/deepseek-r1-8b": "deepseek-ai/DeepSeek-R1-Distill-Llama-8B",
+}
 
 
 def _load(p: Path) -> dict:
@@ -63,9 +65,12 @@ def test_ray_up_yaml_shape(path):
             assert w["resources"]["GPU"] >= 4  # GCP does not detect resources
         assert any("$RAY_HEAD_IP:/mnt/cluster_storage" in c for c in w["initialization_commands"])
     if "qwen3-4b" in path.name:  # 24 GB GPUs on spot
-        spot = [w for w in workers.values()
-                if w["node_config"].get("InstanceMarketOptions", {}).get("MarketType") == "spot"
-                or w["node_config"].get("scheduling", {}).get("provisioningModel") == "SPOT"]
+        spot = [
+            w
+            for w in workers.values()
+            if w["node_config"].get("InstanceMarketOptions", {}).get("MarketType") == "spot"
+            or w["node_config"].get("scheduling", {}).get("provisioningModel") == "SPOT"
+        ]
         assert len(spot) == len(workers)
     # pinned stack, the project installed from the synced checkout, token auth, ports
     assert cfg["docker"]["image"] == "rayproject/ray:2.60.0-py311-gpu"
@@ -74,8 +79,13 @@ def test_ray_up_yaml_shape(path):
     assert cfg["file_mounts"]["/etc/specexit/api-keys"] == "~/.specexit/api-keys"  # Serve auth.api_keys_file
     assert any("pip install" in c and "/home/ray/specexit[gpu]" in c for c in cfg["setup_commands"])
     head_start = " ".join(cfg["head_start_ray_commands"])
-    for flag in ("--port=6379", "--dashboard-port=8265", "--ray-client-server-port=10001", "RAY_AUTH_MODE=token",
-                 "--autoscaling-config=~/ray_bootstrap_config.yaml"):
+    for flag in (
+        "--port=6379",
+        "--dashboard-port=8265",
+        "--ray-client-server-port=10001",
+        "RAY_AUTH_MODE=token",
+        "--autoscaling-config=~/ray_bootstrap_config.yaml",
+    ):
         assert flag in head_start
     assert "--address=$RAY_HEAD_IP:6379" in " ".join(cfg["worker_start_ray_commands"])
     assert any("/etc/exports" in c for c in cfg["initialization_commands"])  # the head serves NFS
@@ -85,7 +95,7 @@ def test_dockerfile_pins_ray_vllm_python():
     text = (REPO_ROOT / "cluster" / "Dockerfile").read_text()
     assert re.search(r"^FROM rayproject/ray:2\.60\.0-py311-gpu$", text, re.M)
     assert '"vllm==0.32.0"' in text and '"ray[serve,data,train]==2.60.0"' in text
-    assert "pip install -e \"/home/ray/specexit[gpu]\"" in text
+    assert 'pip install -e "/home/ray/specexit[gpu]"' in text
     pyproject = (REPO_ROOT / "pyproject.toml").read_text()
     assert '"vllm==0.32.0"' in pyproject and '"ray[serve,data,train]==2.60.0"' in pyproject  # same pins
     ignore = (REPO_ROOT / "cluster" / "Dockerfile.dockerignore").read_text().split()
@@ -94,7 +104,7 @@ def test_dockerfile_pins_ray_vllm_python():
 
 @pytest.mark.parametrize("folder", sorted(GPU_RECIPES))
 def test_gpu_recipes_load_and_match_the_model(folder):
-    from pipelines.common.stage_cli import load_stage_config
+    from pipelines.stages import load_stage_config
 
     model = GPU_RECIPES[folder]
     shape = MODELS[model]

@@ -32,9 +32,12 @@ def _rayservice(recipe) -> dict:
 
 def _ray_cluster_cr(svc: dict) -> dict:
     """The RayCluster the operator makes of a RayService: its spec is rayClusterConfig."""
-    return {"apiVersion": "ray.io/v1", "kind": "RayCluster",
-            "metadata": {"name": svc["metadata"]["name"], "namespace": "default"},
-            "spec": copy.deepcopy(svc["spec"]["rayClusterConfig"])}
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayCluster",
+        "metadata": {"name": svc["metadata"]["name"], "namespace": "default"},
+        "spec": copy.deepcopy(svc["spec"]["rayClusterConfig"]),
+    }
 
 
 def _node_types(cr: dict) -> tuple[str, dict]:
@@ -87,8 +90,9 @@ def _pack(head: str, node_types: dict, replicas: list[dict]) -> dict | None:
             if _fits(free, need):
                 break
         else:
-            types_ = [t for t in used if used[t] < node_types[t]["max_workers"]
-                      and _fits(node_types[t]["resources"], need)]
+            types_ = [
+                t for t in used if used[t] < node_types[t]["max_workers"] and _fits(node_types[t]["resources"], need)
+            ]
             if not types_:
                 return None
             used[types_[0]] += 1

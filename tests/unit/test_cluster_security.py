@@ -67,8 +67,10 @@ def test_ray_token_auth_from_the_secret_on_head_and_workers(path):
         for c in group["template"]["spec"]["containers"]:
             env = {e["name"]: e for e in c["env"]}
             assert env["RAY_AUTH_MODE"] == {"name": "RAY_AUTH_MODE", "value": "token"}, c["name"]
-            assert env["RAY_AUTH_TOKEN"] == {"name": "RAY_AUTH_TOKEN", "valueFrom": {"secretKeyRef": {
-                "name": rk.RAY_TOKEN_SECRET, "key": rk.RAY_TOKEN_KEY}}}, c["name"]  # not optional, not inline
+            assert env["RAY_AUTH_TOKEN"] == {
+                "name": "RAY_AUTH_TOKEN",
+                "valueFrom": {"secretKeyRef": {"name": rk.RAY_TOKEN_SECRET, "key": rk.RAY_TOKEN_KEY}},
+            }, c["name"]  # not optional, not inline
     assert "RAY_AUTH_TOKEN_PATH" not in path.read_text()
 
 
@@ -139,13 +141,18 @@ def test_network_policies_are_one_per_cluster():
 
 # -- `ray up`: the head's NFS export ----------------------------------------------------------------
 FAKE_METADATA = {  # what the shimmed curl answers, by URL suffix
-    "aws": {"/api/token": "tok", "/meta-data/mac": "0a:1b:2c:3d:4e:5f",
-            "/meta-data/network/interfaces/macs/0a:1b:2c:3d:4e:5f/vpc-ipv4-cidr-blocks": "172.31.0.0/16\n10.1.0.0/16"},
+    "aws": {
+        "/api/token": "tok",
+        "/meta-data/mac": "0a:1b:2c:3d:4e:5f",
+        "/meta-data/network/interfaces/macs/0a:1b:2c:3d:4e:5f/vpc-ipv4-cidr-blocks": "172.31.0.0/16\n10.1.0.0/16",
+    },
     "gcp": {"/network-interfaces/0/ip": "10.128.0.7", "/network-interfaces/0/subnetmask": "255.255.240.0"},
 }
 EXPECTED_EXPORTS = {
-    "aws": ["/mnt/cluster_storage 172.31.0.0/16(rw,sync,no_subtree_check,root_squash)",
-            "/mnt/cluster_storage 10.1.0.0/16(rw,sync,no_subtree_check,root_squash)"],
+    "aws": [
+        "/mnt/cluster_storage 172.31.0.0/16(rw,sync,no_subtree_check,root_squash)",
+        "/mnt/cluster_storage 10.1.0.0/16(rw,sync,no_subtree_check,root_squash)",
+    ],
     "gcp": ["/mnt/cluster_storage 10.128.0.0/20(rw,sync,no_subtree_check,root_squash)"],
 }
 
@@ -157,8 +164,19 @@ def _head_init(path: Path) -> list[str]:
 @pytest.mark.parametrize("path", RAY_UP, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_nfs_export_is_not_world_open(path):
     text = " ".join(_head_init(path))
-    for wide in ("no_root_squash", "*(", "0.0.0.0/0", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16",
-                 "insecure", "1777", "777", "a+w", "o+w"):
+    for wide in (
+        "no_root_squash",
+        "*(",
+        "0.0.0.0/0",
+        "10.0.0.0/8",
+        "172.16.0.0/12",
+        "192.168.0.0/16",
+        "insecure",
+        "1777",
+        "777",
+        "a+w",
+        "o+w",
+    ):
         assert wide not in text, wide
     assert "root_squash" in text and "chmod 0755 /mnt/cluster_storage" in text
     assert "chown 1000:100 /mnt/cluster_storage" in text  # the containers' `ray` user writes

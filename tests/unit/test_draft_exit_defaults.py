@@ -16,9 +16,18 @@ DEFAULTS = {"method": "confidence", "confidence_threshold": 0.6, "alpha": 0.3}
 
 
 def small_cfg(**kw) -> DraftConfig:
-    base = dict(hidden_size=16, num_attention_heads=2, num_key_value_heads=1, head_dim=8, intermediate_size=32,
-                vocab_size=50, draft_vocab_size=30, aux_layer_ids=(1, 2, 3), target_hidden_size=16,
-                token_ids=TOKEN_IDS)
+    base = dict(
+        hidden_size=16,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=8,
+        intermediate_size=32,
+        vocab_size=50,
+        draft_vocab_size=30,
+        aux_layer_ids=(1, 2, 3),
+        target_hidden_size=16,
+        token_ids=TOKEN_IDS,
+    )
     return DraftConfig(**{**base, **kw})
 
 

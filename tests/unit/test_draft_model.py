@@ -24,8 +24,17 @@ def one_thread():
 
 
 def small_cfg(**kw) -> DraftConfig:
-    base = dict(hidden_size=32, num_attention_heads=4, num_key_value_heads=2, head_dim=8, intermediate_size=64,
-                vocab_size=50, draft_vocab_size=30, aux_layer_ids=(1, 2, 3), target_hidden_size=32)
+    base = dict(
+        hidden_size=32,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        intermediate_size=64,
+        vocab_size=50,
+        draft_vocab_size=30,
+        aux_layer_ids=(1, 2, 3),
+        target_hidden_size=32,
+    )
     base.update(kw)
     return DraftConfig(**base)
 
@@ -276,7 +285,9 @@ def test_ttt_loss_decreases_when_overfitting_one_batch():
 def test_dynamic_weighting_modes(mode):
     w = DynamicWeighting(LossConfig(weighting=mode))
     tok = torch.tensor(2.0, requires_grad=True)
-    sig = {k: torch.tensor(v, requires_grad=True) for k, v in [("confidence", 0.5), ("progress", 0.1), ("remaining", 8.0)]}
+    sig = {
+        k: torch.tensor(v, requires_grad=True) for k, v in [("confidence", 0.5), ("progress", 0.1), ("remaining", 8.0)]
+    }
     total, logs = w(tok, sig)
     assert set(logs) == {"w_confidence", "w_progress", "w_remaining"}
     total.backward()

@@ -68,8 +68,11 @@ def test_count_think_answer():
 
 
 def test_best_setting():
-    pts = [{"accuracy": 0.9, "think_tokens": 10}, {"accuracy": 0.95, "think_tokens": 30},
-           {"accuracy": 0.99, "think_tokens": 50}]
+    pts = [
+        {"accuracy": 0.9, "think_tokens": 10},
+        {"accuracy": 0.95, "think_tokens": 30},
+        {"accuracy": 0.99, "think_tokens": 50},
+    ]
     assert best_setting(pts, ref_accuracy=1.0, tolerance=0.01)["think_tokens"] == 50
     assert best_setting(pts, ref_accuracy=1.0, tolerance=0.05)["think_tokens"] == 30
     assert best_setting(pts, ref_accuracy=1.0, tolerance=0.0)["think_tokens"] == 50  # none: most accurate
@@ -77,17 +80,35 @@ def test_best_setting():
 
 
 def _row(pid, m, correct, think, lat, setting="", status="ok", drafts=10, acc=20, t=0.0):
-    return dict(problem_id=pid, method=m, setting=setting, temperature=t, status=status, correct=correct,
-                think_tokens=think, answer_tokens=5, latency_s=lat, requests=1, probe_requests=0,
-                num_drafts=drafts, num_accepted=acc, info="{}")
+    return dict(
+        problem_id=pid,
+        method=m,
+        setting=setting,
+        temperature=t,
+        status=status,
+        correct=correct,
+        think_tokens=think,
+        answer_tokens=5,
+        latency_s=lat,
+        requests=1,
+        probe_requests=0,
+        num_drafts=drafts,
+        num_accepted=acc,
+        info="{}",
+    )
 
 
 def test_aggregate_targets_and_tally():
     rows = []
     for i in range(4):
-        rows += [_row(f"p{i}", "eagle3", True, 100, 1.0), _row(f"p{i}", "specexit", True, 40, 0.4),
-                 _row(f"p{i}", "oracle", True, 35, 0.35), _row(f"p{i}", "deer", True, 40, 0.9),
-                 _row(f"p{i}", "budget", i > 0, 30, 0.3, "32"), _row(f"p{i}", "budget", True, 60, 0.6, "64")]
+        rows += [
+            _row(f"p{i}", "eagle3", True, 100, 1.0),
+            _row(f"p{i}", "specexit", True, 40, 0.4),
+            _row(f"p{i}", "oracle", True, 35, 0.35),
+            _row(f"p{i}", "deer", True, 40, 0.9),
+            _row(f"p{i}", "budget", i > 0, 30, 0.3, "32"),
+            _row(f"p{i}", "budget", True, 60, 0.6, "64"),
+        ]
     rows.append(_row("bad", None, None, None, None, status="error"))
     by_t = aggregate(rows, tolerance=0.01)
     d = by_t["0"]
@@ -109,10 +130,13 @@ def test_replay_matches_decide():
     for _ in range(30):
         comp = [rng.choice([1, 2, 3, 5]) for _ in range(rng.randint(5, 60))] + [101, 5, 8]
         sigs = [(rng.random(), rng.random(), rng.random() * 100) for _ in comp]
-        for cfg in [ExitConfig(), ExitConfig(method="progress", progress_threshold=0.5, alpha=0.3),
-                    ExitConfig(method="confidence_remain", confidence_threshold=0.55, remaining_threshold=60, alpha=0.5),
-                    ExitConfig(method="progress", progress_threshold=0.4, min_think_tokens=20),
-                    ExitConfig(enabled=False)]:
+        for cfg in [
+            ExitConfig(),
+            ExitConfig(method="progress", progress_threshold=0.5, alpha=0.3),
+            ExitConfig(method="confidence_remain", confidence_threshold=0.55, remaining_threshold=60, alpha=0.5),
+            ExitConfig(method="progress", progress_threshold=0.4, min_think_tokens=20),
+            ExitConfig(enabled=False),
+        ]:
             want = decide(comp, sigs, cfg, **ids)
             got = first_exit(exit_checks(comp, sigs, alpha=cfg.alpha, **ids), cfg)
             assert got == (want.index if want else None)
@@ -126,8 +150,12 @@ def test_replay_refuses_a_budget():
 
 
 def test_grid_dedupes_unused_thresholds():
-    cfg = CalibrateConfig(output="x.json", eval=EvalConfig(output="o", engine={"model": "m"}, draft="d"),
-                          methods=["progress"], alphas=[0.1, 0.3])
+    cfg = CalibrateConfig(
+        output="x.json",
+        eval=EvalConfig(output="o", engine={"model": "m"}, draft="d"),
+        methods=["progress"],
+        alphas=[0.1, 0.3],
+    )
     g = grid(cfg)
     assert len(g) == len(cfg.progress_thresholds) * 2
     assert all(e.method == "progress" for e in g)

@@ -1,4 +1,5 @@
 """Tests of the engine-independent SpecExit exit policy (pure Python, fast)."""
+
 import math
 import random
 
@@ -8,7 +9,7 @@ from specexit_core.exit import SIGNALS, ExitConfig, ExitDecision, ExitTracker, d
 
 START, END, SPLIT = 100, 101, frozenset({5, 6})
 IDS = dict(split_token_ids=SPLIT, think_start_id=START, think_end_id=END)
-PASS = (0.95, 0.9, 10.0)   # passes every default threshold
+PASS = (0.95, 0.9, 10.0)  # passes every default threshold
 FAIL = (0.1, 0.05, 900.0)  # fails every default threshold
 
 
@@ -18,6 +19,7 @@ def run(tokens, signals, in_think=True, **cfg):
 
 # -- config ------------------------------------------------------------------
 
+
 def test_defaults_match_the_paper():
     cfg = ExitConfig()
     assert (cfg.confidence_threshold, cfg.progress_threshold, cfg.remaining_threshold) == (0.8, 0.3, 200.0)
@@ -25,25 +27,35 @@ def test_defaults_match_the_paper():
     assert cfg.signals_used == SIGNALS == ("confidence", "progress", "remaining")
 
 
-@pytest.mark.parametrize("method,used", [
-    ("confidence", ("confidence",)),
-    ("progress", ("progress",)),
-    ("remain", ("remaining",)),
-    ("remaining", ("remaining",)),
-    ("remain_confidence", ("confidence", "remaining")),
-    ("progress_confidence", ("confidence", "progress")),
-    ("remaining_progress_confidence", SIGNALS),
-    ("confidence_progress_remain", SIGNALS),
-])
+@pytest.mark.parametrize(
+    "method,used",
+    [
+        ("confidence", ("confidence",)),
+        ("progress", ("progress",)),
+        ("remain", ("remaining",)),
+        ("remaining", ("remaining",)),
+        ("remain_confidence", ("confidence", "remaining")),
+        ("progress_confidence", ("confidence", "progress")),
+        ("remaining_progress_confidence", SIGNALS),
+        ("confidence_progress_remain", SIGNALS),
+    ],
+)
 def test_method_parsing(method, used):
     assert ExitConfig(method=method).signals_used == used
 
 
-@pytest.mark.parametrize("method,needle", [
-    ("confidense", "'confidense'"), ("confidence_foo", "'foo'"), ("", "non-empty"),
-    ("confidence__progress", "''"), ("progress_progress", "twice"), ("remain_remaining", "twice"),
-    ("Confidence", "'Confidence'"),
-])
+@pytest.mark.parametrize(
+    "method,needle",
+    [
+        ("confidense", "'confidense'"),
+        ("confidence_foo", "'foo'"),
+        ("", "non-empty"),
+        ("confidence__progress", "''"),
+        ("progress_progress", "twice"),
+        ("remain_remaining", "twice"),
+        ("Confidence", "'Confidence'"),
+    ],
+)
 def test_method_errors(method, needle):
     with pytest.raises(ValueError) as e:
         ExitConfig(method=method)
@@ -53,17 +65,38 @@ def test_method_errors(method, needle):
         assert "confidence, progress, remain (alias: remaining)" in msg
 
 
-@pytest.mark.parametrize("field,value", [
-    ("confidence_threshold", 1.5), ("confidence_threshold", -0.1), ("confidence_threshold", math.nan),
-    ("progress_threshold", 2), ("remaining_threshold", 0), ("remaining_threshold", -5.0),
-    ("remaining_threshold", math.nan), ("alpha", 0), ("alpha", 1.01), ("alpha", -0.5),
-    ("min_think_tokens", -1), ("max_think_tokens", 0),
-    # wrong types, bools included (bool is an int subclass)
-    ("confidence_threshold", "0.8"), ("confidence_threshold", True), ("progress_threshold", None),
-    ("remaining_threshold", [200]), ("alpha", False), ("min_think_tokens", 1.5),
-    ("min_think_tokens", True), ("max_think_tokens", "10"), ("max_think_tokens", 3.0),
-    ("max_think_tokens", True), ("enabled", "yes"), ("enabled", 1), ("method", 3), ("method", None),
-])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("confidence_threshold", 1.5),
+        ("confidence_threshold", -0.1),
+        ("confidence_threshold", math.nan),
+        ("progress_threshold", 2),
+        ("remaining_threshold", 0),
+        ("remaining_threshold", -5.0),
+        ("remaining_threshold", math.nan),
+        ("alpha", 0),
+        ("alpha", 1.01),
+        ("alpha", -0.5),
+        ("min_think_tokens", -1),
+        ("max_think_tokens", 0),
+        # wrong types, bools included (bool is an int subclass)
+        ("confidence_threshold", "0.8"),
+        ("confidence_threshold", True),
+        ("progress_threshold", None),
+        ("remaining_threshold", [200]),
+        ("alpha", False),
+        ("min_think_tokens", 1.5),
+        ("min_think_tokens", True),
+        ("max_think_tokens", "10"),
+        ("max_think_tokens", 3.0),
+        ("max_think_tokens", True),
+        ("enabled", "yes"),
+        ("enabled", 1),
+        ("method", 3),
+        ("method", None),
+    ],
+)
 def test_validation_names_the_field(field, value):
     with pytest.raises(ValueError, match=field):
         ExitConfig(**{field: value})
@@ -102,6 +135,7 @@ def test_unknown_override_keys_are_listed_with_the_known_ones():
 
 
 # -- tracker: EWMA and rules --------------------------------------------------
+
 
 def test_smoothing_hand_computed():
     tr = ExitTracker(ExitConfig(alpha=0.5), **IDS)
@@ -239,6 +273,7 @@ def test_contract_violation_raises_only_when_a_check_needs_the_signals():
 
 # -- key property: the decision depends only on the token sequence -----------
 
+
 def naive_decide(tokens, signals, cfg, in_think=True):
     """Independent eager re-implementation of the rules, as a cross-check of decide()."""
     ewma, think, over = None, 0, False
@@ -254,9 +289,11 @@ def naive_decide(tokens, signals, cfg, in_think=True):
             return ExitDecision(i, "max_think_tokens", think, {})
         if tok in SPLIT and think >= cfg.min_think_tokens and ewma is not None:
             s = dict(zip(SIGNALS, ewma))
-            ok = {"confidence": s["confidence"] > cfg.confidence_threshold,
-                  "progress": s["progress"] > cfg.progress_threshold,
-                  "remaining": s["remaining"] < cfg.remaining_threshold}
+            ok = {
+                "confidence": s["confidence"] > cfg.confidence_threshold,
+                "progress": s["progress"] > cfg.progress_threshold,
+                "remaining": s["remaining"] < cfg.remaining_threshold,
+            }
             if all(ok[n] for n in cfg.signals_used):
                 return ExitDecision(i, "signals", think, s)
         a = cfg.alpha
@@ -277,14 +314,25 @@ def random_case(rng):
         conf = min(1.0, max(0.0, conf + rng.uniform(-0.15, 0.2)))
         rem = max(0.0, rem + rng.uniform(-60, 20))
         signals.append((conf, min(1.0, i / len(tokens) + rng.uniform(-0.2, 0.2)), rem))
-    methods = ["confidence", "progress", "remain", "confidence_progress", "remaining_confidence",
-               "confidence_progress_remain"]
+    methods = [
+        "confidence",
+        "progress",
+        "remain",
+        "confidence_progress",
+        "remaining_confidence",
+        "confidence_progress_remain",
+    ]
     min_think = rng.choice([0, 0, rng.randint(1, 15)])
-    cfg = ExitConfig(method=rng.choice(methods), alpha=rng.choice([0.1, 0.3, 0.5, 1.0]),
-                     confidence_threshold=rng.uniform(0.3, 0.9), progress_threshold=rng.uniform(0.1, 0.7),
-                     remaining_threshold=rng.uniform(50, 400), min_think_tokens=min_think,
-                     max_think_tokens=rng.choice([None, rng.randint(max(min_think, 5), 60)]),
-                     enabled=rng.random() < 0.95)
+    cfg = ExitConfig(
+        method=rng.choice(methods),
+        alpha=rng.choice([0.1, 0.3, 0.5, 1.0]),
+        confidence_threshold=rng.uniform(0.3, 0.9),
+        progress_threshold=rng.uniform(0.1, 0.7),
+        remaining_threshold=rng.uniform(50, 400),
+        min_think_tokens=min_think,
+        max_think_tokens=rng.choice([None, rng.randint(max(min_think, 5), 60)]),
+        enabled=rng.random() < 0.95,
+    )
     return tokens, signals, cfg, in_think
 
 

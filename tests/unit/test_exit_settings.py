@@ -105,7 +105,9 @@ def test_the_exit_package_is_pure_python():
     import subprocess
     import sys
 
-    code = ("import sys, specexit_core.exit, specexit_core.exit.replay; "
-            "print(sorted(m for m in ('torch', 'vllm', 'ray', 'transformers') if m in sys.modules))")
+    code = (
+        "import sys, specexit_core.exit, specexit_core.exit.replay; "
+        "print(sorted(m for m in ('torch', 'vllm', 'ray', 'transformers') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

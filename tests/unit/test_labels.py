@@ -104,8 +104,9 @@ def test_probe_prompts_exact():
 
 def test_probe_outcomes_one_batched_call_and_grading():
     engine = FakeEngine()
-    outs = probe_outcomes(engine, PROMPT, COMPLETION, [2, 4], close_ids=CLOSE,
-                          grade=lambda ans: 1.0 if ans == [8] else 0.0, max_tokens=7)
+    outs = probe_outcomes(
+        engine, PROMPT, COMPLETION, [2, 4], close_ids=CLOSE, grade=lambda ans: 1.0 if ans == [8] else 0.0, max_tokens=7
+    )
     assert outs == [1.0, 0.0]  # first probe prompt has 8 ids
     assert len(engine.calls) == 1
     prompts, max_tokens = engine.calls[0]
@@ -116,8 +117,9 @@ def test_probe_outcomes_one_batched_call_and_grading():
 
 def test_label_with_engine_end_to_end():
     engine = FakeEngine()
-    labels = label_with_engine(engine, PROMPT, COMPLETION, grade=lambda ans: 1.0 if ans == [10] else 0.0,
-                               close_ids=CLOSE, **IDS)
+    labels = label_with_engine(
+        engine, PROMPT, COMPLETION, grade=lambda ans: 1.0 if ans == [10] else 0.0, close_ids=CLOSE, **IDS
+    )
     assert len(engine.calls) == 1 and engine.calls[0][1] == 16
     assert engine.calls[0][0] == probe_prompts(PROMPT, COMPLETION, [2, 4], CLOSE)
     assert labels.boundaries == [2, 4]

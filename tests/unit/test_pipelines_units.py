@@ -15,14 +15,15 @@ import torch
 from pipelines.common import graders
 from pipelines.common.config import ConfigError
 from pipelines.common.parts import clean_tmp, done_ids, part_files, tally, write_part
+from pipelines.common.prompt_source import InputConfig, dedupe_ids, normalize
 from pipelines.common.schemas import LABELS, TRACES, empty_row, to_table
-from pipelines.common.stage_cli import load_stage_config, main, parse_summary
+from pipelines.common.stage_cli import main, parse_summary
 from pipelines.common.tokens import split_token_ids, think_opened, token_ids
 from pipelines.common.writer import write_batch
 from pipelines.labels.labeler import ProbeLabeler
-from pipelines.traces.config import InputConfig
+from pipelines.stages import load_stage_config
+from pipelines.traces.config import TracesConfig
 from pipelines.traces.job import finalize
-from pipelines.traces.sources import dedupe_ids, normalize
 from pipelines.train_draft.vocab_counts import count_tokens
 from specexit_core.draft.vocab import build_draft_vocab, draft_vocab_from_counts
 from specexit_core.labels import label_trace
@@ -53,8 +54,10 @@ def test_example_configs_validate(path, monkeypatch):
     stem = path.stem
     if stem == "demo":
         cfg = load_demo_config(path)
-        assert Path(cfg.workdir).is_absolute() and all(Path(getattr(cfg, s)).exists() for s in (
-            "traces", "labels", "train_draft", "calibrate", "serve", "evaluate"))
+        assert Path(cfg.workdir).is_absolute() and all(
+            Path(getattr(cfg, s)).exists()
+            for s in ("traces", "labels", "train_draft", "calibrate", "serve", "evaluate")
+        )
         return
     model = {"evaluate": EvalConfig, "calibrate": CalibrateConfig}.get(stem)
     cfg = load_config(model, str(path)) if model else load_stage_config(stem, str(path))
@@ -63,7 +66,9 @@ def test_example_configs_validate(path, monkeypatch):
 
 def test_toy_configs_chain(monkeypatch):
     monkeypatch.setenv("SPECEXIT_ROOT", "/data/x")
-    t, lab, d = (load_stage_config(s, str(REPO_ROOT / "examples/toy" / f"{s}.yaml")) for s in ("traces", "labels", "train_draft"))
+    t, lab, d = (
+        load_stage_config(s, str(REPO_ROOT / "examples/toy" / f"{s}.yaml")) for s in ("traces", "labels", "train_draft")
+    )
     assert t.output == lab.input == "/data/x/runs/toy/traces"
     assert lab.output == d.input == "/data/x/runs/toy/labels"
     assert d.storage_path == "/data/x/runs/ray_train"
@@ -78,13 +83,16 @@ def test_gpu_configs_are_real_model_settings(monkeypatch):
     assert t.engine.tensor_parallel_size == 2 and t.engine.accelerator == "gpu"
 
 
-@pytest.mark.parametrize("stage,patch,key", [
-    ("traces", {"engin": {}}, "engin"),
-    ("traces", {"engine": {"model": "m", "max_model_length": 5}}, "max_model_length"),
-    ("traces", {"sampling": {"temprature": 0.1}}, "temprature"),
-    ("labels", {"grader": "toy", "probe_tokens": 3}, "probe_tokens"),
-    ("train_draft", {"stepz": 3}, "stepz"),
-])
+@pytest.mark.parametrize(
+    "stage,patch,key",
+    [
+        ("traces", {"engin": {}}, "engin"),
+        ("traces", {"engine": {"model": "m", "max_model_length": 5}}, "max_model_length"),
+        ("traces", {"sampling": {"temprature": 0.1}}, "temprature"),
+        ("labels", {"grader": "toy", "probe_tokens": 3}, "probe_tokens"),
+        ("train_draft", {"stepz": 3}, "stepz"),
+    ],
+)
 def test_unknown_keys_are_errors(tmp_path, stage, patch, key):
     base = yaml_for(stage)
     for k, v in patch.items():
@@ -109,8 +117,12 @@ def test_overrides_and_input_kind_inference(tmp_path):
     f = tmp_path / "c.yaml"
     f.write_text(json.dumps(yaml_for("traces")))
     cfg = load_stage_config("traces", str(f), input=str(tmp_path / "p.jsonl"), output=str(tmp_path / "out"), limit=7)
-    assert (cfg.input.kind, cfg.input.path, cfg.output, cfg.limit) == ("jsonl", str(tmp_path / "p.jsonl"),
-                                                                     str(tmp_path / "out"), 7)
+    assert (cfg.input.kind, cfg.input.path, cfg.output, cfg.limit) == (
+        "jsonl",
+        str(tmp_path / "p.jsonl"),
+        str(tmp_path / "out"),
+        7,
+    )
     pq.write_table(pa.table({"prompt": ["a"]}), tmp_path / "d.parquet")
     assert load_stage_config("traces", str(f), input=str(tmp_path / "d.parquet")).input.kind == "parquet"
     (tmp_path / "hf").mkdir()
@@ -123,7 +135,7 @@ def test_overrides_and_input_kind_inference(tmp_path):
 def test_cli_bad_config_exits_2(tmp_path, capsys):
     f = tmp_path / "c.yaml"
     f.write_text("output: o\nengine: {model: m}\nbogus: 1\n")
-    assert main("traces", lambda cfg: {}, ["--config", str(f)]) == 2
+    assert main("traces", TracesConfig, lambda cfg: {}, ["--config", str(f)]) == 2
     assert "bogus" in capsys.readouterr().err
 
 
@@ -137,12 +149,27 @@ def test_summary_line_roundtrip(capsys):
 # -- sources -------------------------------------------------------------------------------------
 def test_normalize_bad_rows():
     cfg = InputConfig(kind="jsonl", path="x", gold_column="answer")
-    rows = [normalize({"text": t}, i, cfg) for i, t in enumerate([
-        '{"id": "a", "prompt": "2 + 2", "answer": 4}', '{"prompt": ""}', '{"prompt": 5}', '{"question": "q"}',
-        "not json", '["a list"]'])]
+    rows = [
+        normalize({"text": t}, i, cfg)
+        for i, t in enumerate(
+            [
+                '{"id": "a", "prompt": "2 + 2", "answer": 4}',
+                '{"prompt": ""}',
+                '{"prompt": 5}',
+                '{"question": "q"}',
+                "not json",
+                '["a list"]',
+            ]
+        )
+    ]
     assert rows[0] == {"id": "a", "prompt": "2 + 2", "gold": "4", "error": None}
-    assert [r["error"] for r in rows[1:]] == ["empty prompt", "prompt is not a string (int)", "no 'prompt' field",
-                                              rows[4]["error"], rows[5]["error"]]
+    assert [r["error"] for r in rows[1:]] == [
+        "empty prompt",
+        "prompt is not a string (int)",
+        "no 'prompt' field",
+        rows[4]["error"],
+        rows[5]["error"],
+    ]
     assert rows[4]["error"].startswith("invalid JSON") and rows[5]["error"].startswith("invalid JSON")
     assert [r["id"] for r in rows[1:]] == [f"row-{i:08d}" for i in range(1, 6)]
 
@@ -197,8 +224,18 @@ def test_parts_atomic_resume_bookkeeping(tmp_path):
 
 
 def test_write_batch_casts_to_schema(tmp_path):
-    batch = pa.Table.from_pylist([{"id": "a", "status": "ok", "error": None, "prompt_token_ids": [1, 2],
-                                   "completion_token_ids": [3], "finished_think": True}])
+    batch = pa.Table.from_pylist(
+        [
+            {
+                "id": "a",
+                "status": "ok",
+                "error": None,
+                "prompt_token_ids": [1, 2],
+                "completion_token_ids": [3],
+                "finished_think": True,
+            }
+        ]
+    )
     rec = write_batch(batch, folder=str(tmp_path), schema_name="traces")
     assert rec["rows"] == [1] and rec["ok"] == [1]
     t = pq.read_table(tmp_path / rec["part"][0])
@@ -209,14 +246,26 @@ def test_write_batch_casts_to_schema(tmp_path):
 def test_finalize_splits_reasoning_and_answer(tok):
     p = problems("train", 1)[0]
     tr = make_trace(p, random.Random(0))
-    prompt = tok.apply_chat_template([{"role": "user", "content": p.prompt}], tokenize=False, add_generation_prompt=True)
+    prompt = tok.apply_chat_template(
+        [{"role": "user", "content": p.prompt}], tokenize=False, add_generation_prompt=True
+    )
     pids = tok(prompt, add_special_tokens=False)["input_ids"]
     comp = tok(tr.completion, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
     ids = token_ids(tok, think_start="<think>", think_end="</think>")
-    row = {"id": "x", "input_prompt": p.prompt, "gold": str(p.answer), "prompt_token_ids": np.array(pids),
-           "generated_tokens": comp, "generated_text": tr.completion, "__inference_error__": ""}
-    kw = dict(ids={"eos": set(ids.eos), "think_start": ids.think_start, "think_end": ids.think_end},
-              think_start_text="<think>", think_end_text="</think>")
+    row = {
+        "id": "x",
+        "input_prompt": p.prompt,
+        "gold": str(p.answer),
+        "prompt_token_ids": np.array(pids),
+        "generated_tokens": comp,
+        "generated_text": tr.completion,
+        "__inference_error__": "",
+    }
+    kw = dict(
+        ids={"eos": set(ids.eos), "think_start": ids.think_start, "think_end": ids.think_end},
+        think_start_text="<think>",
+        think_end_text="</think>",
+    )
     out = finalize(row, **kw)
     assert out["status"] == "ok" and out["finish_reason"] == "stop" and out["finished_think"]
     assert out["completion_token_ids"] == comp[:-1] and out["answer"] == tr.answer_text
@@ -249,15 +298,26 @@ def test_labeler_batch_labels_and_error_rows(tok):
 
     p = Problem(8, (("*", 7), ("-", 18), ("+", 9)))  # = 47
     tr = make_trace(p, random.Random(1))
-    prompt = tok(tok.apply_chat_template([{"role": "user", "content": p.prompt}], tokenize=False,
-                                         add_generation_prompt=True), add_special_tokens=False)["input_ids"]
+    prompt = tok(
+        tok.apply_chat_template([{"role": "user", "content": p.prompt}], tokenize=False, add_generation_prompt=True),
+        add_special_tokens=False,
+    )["input_ids"]
     comp = tok(tr.completion, add_special_tokens=False)["input_ids"]
-    ok = dict(id="a", status="ok", error=None, gold="47", answer=tr.answer_text, prompt_token_ids=prompt,
-              completion_token_ids=comp)
-    rows = [ok, dict(ok, id="b", status="error", error="engine: boom", prompt_token_ids=None,
-                     completion_token_ids=None),
-            dict(ok, id="c", completion_token_ids=comp[:5]),  # never closed </think>
-            dict(ok, id="d", gold=None, answer="")]  # nothing to grade against
+    ok = dict(
+        id="a",
+        status="ok",
+        error=None,
+        gold="47",
+        answer=tr.answer_text,
+        prompt_token_ids=prompt,
+        completion_token_ids=comp,
+    )
+    rows = [
+        ok,
+        dict(ok, id="b", status="error", error="engine: boom", prompt_token_ids=None, completion_token_ids=None),
+        dict(ok, id="c", completion_token_ids=comp[:5]),  # never closed </think>
+        dict(ok, id="d", gold=None, answer=""),
+    ]  # nothing to grade against
     out = _FakeLabeler(tok)(pa.Table.from_pylist(rows)).to_pylist()
     assert [r["status"] for r in out] == ["ok", "error", "error", "error"]
     assert out[1]["error"] == "trace error: engine: boom" and out[2]["error"].startswith("unfinished trace")
@@ -268,8 +328,14 @@ def test_labeler_batch_labels_and_error_rows(tok):
     assert a["boundaries"] == [i for i in range(end) if comp[i] == brk]
     want = [1.0 if "= 47" in tok.decode(comp[: b + 1]) else 0.0 for b in a["boundaries"]]
     assert a["probe_outcomes"] == want and a["final_correct"] and a["reference"] == "47"
-    ref = label_trace(prompt, comp, want, split_ids={brk}, think_start_id=tok.convert_tokens_to_ids("<think>"),
-                      think_end_id=tok.convert_tokens_to_ids("</think>"))
+    ref = label_trace(
+        prompt,
+        comp,
+        want,
+        split_ids={brk},
+        think_start_id=tok.convert_tokens_to_ids("<think>"),
+        think_end_id=tok.convert_tokens_to_ids("</think>"),
+    )
     np.testing.assert_allclose(a["confidence"], ref.confidence)
     np.testing.assert_allclose(a["progress"], ref.progress)
     assert a["mask"] == ref.mask.tolist() and len(a["confidence"]) == len(comp)
@@ -290,12 +356,14 @@ def test_draft_vocab_from_counts_matches_core():
 
 
 def test_collate_places_labels_on_completion():
-    batch = {"prompt_token_ids": np.array([np.array([1, 2]), np.array([3])], dtype=object),
-             "completion_token_ids": np.array([np.array([4, 5, 6]), np.array([7])], dtype=object),
-             "confidence": np.array([np.array([0.0, 1.0, 0.0]), np.array([1.0])], dtype=object),
-             "progress": np.array([np.array([0.5, 1.0, 0.0]), np.array([1.0])], dtype=object),
-             "log_remaining": np.array([np.array([0.7, 0.0, 0.0]), np.array([0.0])], dtype=object),
-             "mask": np.array([np.array([True, True, False]), np.array([True])], dtype=object)}
+    batch = {
+        "prompt_token_ids": np.array([np.array([1, 2]), np.array([3])], dtype=object),
+        "completion_token_ids": np.array([np.array([4, 5, 6]), np.array([7])], dtype=object),
+        "confidence": np.array([np.array([0.0, 1.0, 0.0]), np.array([1.0])], dtype=object),
+        "progress": np.array([np.array([0.5, 1.0, 0.0]), np.array([1.0])], dtype=object),
+        "log_remaining": np.array([np.array([0.7, 0.0, 0.0]), np.array([0.0])], dtype=object),
+        "mask": np.array([np.array([True, True, False]), np.array([True])], dtype=object),
+    }
     b = collate(batch["prompt_token_ids"], batch["completion_token_ids"], batch, pad_id=0, eos_id=9)
     assert b.input_ids.tolist() == [[1, 2, 4, 5, 6, 9], [3, 7, 9, 0, 0, 0]]
     assert b.loss_mask.tolist() == [[0, 0, 1, 1, 1, 1], [0, 1, 1, 0, 0, 0]]

@@ -41,8 +41,9 @@ class Sim:
 
     def inputs(self) -> list[int]:
         g0 = len(self.committed) - 1
-        drafts = [self.truth[g0 + i] if self.rng.random() < 0.7 else self.rng.randrange(4, VOCAB)
-                  for i in range(1, K + 1)]
+        drafts = [
+            self.truth[g0 + i] if self.rng.random() < 0.7 else self.rng.randrange(4, VOCAB) for i in range(1, K + 1)
+        ]
         return [self.committed[-1]] + drafts
 
     def verify(self, inputs: list[int], forced: list[bool]) -> None:
@@ -51,7 +52,7 @@ class Sim:
         for j in range(K + 1):
             g = g0 + j  # row j predicts token g + 1
             if forced[j] and self.truth[g + 1] != THINK_END:
-                self.truth[g + 1:] = [THINK_END] + [self.rng.randrange(4, VOCAB) for _ in range(300)]
+                self.truth[g + 1 :] = [THINK_END] + [self.rng.randrange(4, VOCAB) for _ in range(300)]
                 self.exit_at = g
             target = self.truth[g + 1]
             if j < K and inputs[j + 1] == target:
@@ -97,14 +98,20 @@ def drive(monkeypatch, steps=120, seed=0, extra_args=None, break_request=None, e
         state.before_sample(runner, ex)
         forced = (ex.logits[:, THINK_END] == FORCE_LOGIT).tolist()
         for r, (rid, ins, _) in enumerate(batch):
-            sims[rid].verify(ins, forced[r * (K + 1):(r + 1) * (K + 1)])
+            sims[rid].verify(ins, forced[r * (K + 1) : (r + 1) * (K + 1)])
     return state, sims
 
 
 def expected_exit(sim: Sim, cfg: ExitConfig):
     c = sim.committed
-    return decide(c, [hook_signals(g) for g in range(len(c))], cfg, split_token_ids=[SPLIT],
-                  think_start_id=1, think_end_id=THINK_END)
+    return decide(
+        c,
+        [hook_signals(g) for g in range(len(c))],
+        cfg,
+        split_token_ids=[SPLIT],
+        think_start_id=1,
+        think_end_id=THINK_END,
+    )
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
@@ -117,13 +124,17 @@ def test_async_placeholders_exit_where_decide_puts_it(monkeypatch, seed):
     assert sim.committed[want.index + 1] == THINK_END
     assert state.counters["exits"] == 1 and state.counters["fallbacks"] == 0
     assert state.reqs["a"].exit.index == want.index
-    assert state.reqs["a"].committed == sim.committed[:len(state.reqs["a"].committed)]
+    assert state.reqs["a"].committed == sim.committed[: len(state.reqs["a"].committed)]
 
 
 def test_bad_settings_and_internal_errors_fall_back_per_request(monkeypatch, tmp_path):
     events = tmp_path / "ev"
-    args = {"a": EXIT_ARGS, "bad": {"specexit_max_think_tokens": 10},  # below the server's min 50
-            "off": {"specexit": False}, "broken": EXIT_ARGS}
+    args = {
+        "a": EXIT_ARGS,
+        "bad": {"specexit_max_think_tokens": 10},  # below the server's min 50
+        "off": {"specexit": False},
+        "broken": EXIT_ARGS,
+    }
     state, sims = drive(monkeypatch, extra_args=args, break_request="broken", events_dir=events)
     assert state.reqs["bad"].tracker is None and "max_think_tokens" in state.reqs["bad"].fallback
     assert state.reqs["broken"].tracker is None and "boom" in state.reqs["broken"].fallback

@@ -54,21 +54,24 @@ def test_gpu_tp2_yaml():
     assert "SPECEXIT_EXIT_CONFIG" in cfg.runtime_env["env_vars"]
 
 
-@pytest.mark.parametrize("patch,needle", [
-    ({"modle": {}}, "modle"),
-    ({"model": {**TOY["model"], "tp": 2}}, "tp"),
-    ({"autoscaling": {"min_replicas": 1, "max_replica": 3}}, "max_replica"),
-    ({"autoscaling": {"min_replicas": 3, "max_replicas": 1}}, "min_replicas"),
-    ({"backpressure": {"max_ongoing_requests": 0}}, "max_ongoing_requests"),
-    ({"backpressure": {"overload_status": 500}}, "overload_status"),
-    ({"auth": {"enabled": True, "api_keys_env": None}}, "api_keys"),
-    ({"auth": {"enabled": True, "api_key": "sk-in-yaml"}}, "api_key"),
-    ({"specexit": {"exit_defaults": {"confidence_treshold": 0.9}}}, "confidence_treshold"),
-    ({"specexit": {"exit_defaults": {"confidence_threshold": 3}}}, "confidence_threshold"),
-    ({"model": {**TOY["model"], "engine_kwargs": {"max_num_seq": 4}}}, "max_num_seq"),
-    ({"model": {**TOY["model"], "engine_kwargs": {"tensor_parallel_size": 2}}}, "tensor_parallel_size"),
-    ({"model": {**TOY["model"], "source": "toy:nope"}}, "toy:nope"),
-])
+@pytest.mark.parametrize(
+    "patch,needle",
+    [
+        ({"modle": {}}, "modle"),
+        ({"model": {**TOY["model"], "tp": 2}}, "tp"),
+        ({"autoscaling": {"min_replicas": 1, "max_replica": 3}}, "max_replica"),
+        ({"autoscaling": {"min_replicas": 3, "max_replicas": 1}}, "min_replicas"),
+        ({"backpressure": {"max_ongoing_requests": 0}}, "max_ongoing_requests"),
+        ({"backpressure": {"overload_status": 500}}, "overload_status"),
+        ({"auth": {"enabled": True, "api_keys_env": None}}, "api_keys"),
+        ({"auth": {"enabled": True, "api_key": "sk-in-yaml"}}, "api_key"),
+        ({"specexit": {"exit_defaults": {"confidence_treshold": 0.9}}}, "confidence_treshold"),
+        ({"specexit": {"exit_defaults": {"confidence_threshold": 3}}}, "confidence_threshold"),
+        ({"model": {**TOY["model"], "engine_kwargs": {"max_num_seq": 4}}}, "max_num_seq"),
+        ({"model": {**TOY["model"], "engine_kwargs": {"tensor_parallel_size": 2}}}, "tensor_parallel_size"),
+        ({"model": {**TOY["model"], "source": "toy:nope"}}, "toy:nope"),
+    ],
+)
 def test_unknown_or_bad_keys_fail_early(patch, needle):
     with pytest.raises(ConfigError) as e:
         load_args({**TOY, **patch})
@@ -105,6 +108,7 @@ def test_auth_middleware(tmp_path, monkeypatch, caplog):
             out.append((await c.get("/-/healthz")).status_code)
             keys.write_text("sk-file-2\n")  # rotation: the file is re-read when it changes
             import os
+
             os.utime(keys, (1, 1))
             out.append((await c.get("/v1/models", headers={"Authorization": "Bearer sk-file-2"})).status_code)
             out.append((await c.get("/v1/models", headers={"Authorization": "Bearer sk-file-1"})).status_code)
@@ -133,17 +137,21 @@ def _gen_raising(exc):
     return gen
 
 
-@pytest.mark.parametrize("exc,status", [
-    ("backpressure", 429),
-    ("actor_died", 503),
-])
+@pytest.mark.parametrize(
+    "exc,status",
+    [
+        ("backpressure", 429),
+        ("actor_died", 503),
+    ],
+)
 def test_ingress_maps_overload_and_dead_replicas(exc, status):
     from ray.exceptions import ActorDiedError
     from ray.serve.exceptions import BackPressureError
 
     ing = _ingress(retry_after_s=3)
-    ing._get_response = _gen_raising(BackPressureError(num_queued_requests=9, max_queued_requests=8)
-                                     if exc == "backpressure" else ActorDiedError())
+    ing._get_response = _gen_raising(
+        BackPressureError(num_queued_requests=9, max_queued_requests=8) if exc == "backpressure" else ActorDiedError()
+    )
     r = asyncio.run(ing._process_llm_request(object(), "chat"))
     assert r.status_code == status and r.headers["retry-after"] == "3"
     assert json.loads(r.body)["error"]["code"] == status
@@ -161,7 +169,7 @@ def test_ingress_timeout_and_stream_deadline():
     assert r.status_code == 503 and "timed out" in json.loads(r.body)["error"]["message"]
 
     async def trickle(**_):
-        yield ["data: {\"choices\": []}\n\n"]
+        yield ['data: {"choices": []}\n\n']
         await asyncio.sleep(5)
         yield ["data: late\n\n"]
 
@@ -189,8 +197,13 @@ def test_exit_event_index_reads_incrementally(tmp_path):
 
     idx = ExitEventIndex(tmp_path)
     f = tmp_path / "exits-1.jsonl"
-    ev = {"req_id": "chatcmpl-a-12345678", "exit_index": 5, "reason": "signals", "think_tokens": 6,
-          "smoothed": {"confidence": 0.9, "progress": 0.5, "remaining": 33.6}}
+    ev = {
+        "req_id": "chatcmpl-a-12345678",
+        "exit_index": 5,
+        "reason": "signals",
+        "think_tokens": 6,
+        "smoothed": {"confidence": 0.9, "progress": 0.5, "remaining": 33.6},
+    }
     f.write_text(json.dumps(ev) + "\n" + '{"req_id": "chatcmpl-b')  # second line still being written
     assert idx.pop("chatcmpl-b") is None
     got = idx.pop("chatcmpl-a")
@@ -199,8 +212,14 @@ def test_exit_event_index_reads_incrementally(tmp_path):
         fh.write('-12345678", "exit_index": 1, "reason": "max_think_tokens", "think_tokens": 2, "smoothed": {}}\n')
     assert idx.pop("chatcmpl-b")["reason"] == "max_think_tokens"
     c = choice_telemetry([7, 8, 5, 269, 9], 269, got)
-    assert c == {"think_tokens": 3, "exited": True, "exit_index": 5, "exit_reason": "signals",
-                 "saved_tokens_estimate": 34, "signals": ev["smoothed"]}
+    assert c == {
+        "think_tokens": 3,
+        "exited": True,
+        "exit_index": 5,
+        "exit_reason": "signals",
+        "saved_tokens_estimate": 34,
+        "signals": ev["smoothed"],
+    }
     u = usage_block(True, [c, choice_telemetry([1, 2], 269, None)])
     assert u["think_tokens"] == 5 and u["exited"] and len(u["choices"]) == 2 and u["exit_index"] is None
 
@@ -217,10 +236,14 @@ def test_stream_rewriter():
 
     Eng._telemetry = SpecExitVLLMEngine._telemetry
     rw = _StreamRewriter(Eng(), want_ids=False, enabled=True, n=None)
-    a = rw.rewrite('data: {"id": "c1", "prompt_token_ids": [1], "choices": [{"index": 0, "delta": '
-                   '{"reasoning": "7 +"}, "token_ids": [10, 11]}]}\n\n')
-    b = rw.rewrite('data: {"id": "c1", "choices": [{"index": 0, "delta": {"content": "x"}, "token_ids": [269, 3]}]}'
-                   '\n\ndata: {"id": "c1", "choices": [], "usage": {"completion_tokens": 4}}\n\ndata: [DONE]\n\n')
+    a = rw.rewrite(
+        'data: {"id": "c1", "prompt_token_ids": [1], "choices": [{"index": 0, "delta": '
+        '{"reasoning": "7 +"}, "token_ids": [10, 11]}]}\n\n'
+    )
+    b = rw.rewrite(
+        'data: {"id": "c1", "choices": [{"index": 0, "delta": {"content": "x"}, "token_ids": [269, 3]}]}'
+        '\n\ndata: {"id": "c1", "choices": [], "usage": {"completion_tokens": 4}}\n\ndata: [DONE]\n\n'
+    )
     ea = json.loads(a[6:])
     assert "prompt_token_ids" not in ea and "token_ids" not in ea["choices"][0]
     assert ea["choices"][0]["delta"]["reasoning_content"] == "7 +"

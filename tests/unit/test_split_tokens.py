@@ -11,8 +11,10 @@ from specexit_core.exit.split_tokens import OFFICIAL_SPLIT_TEXTS, ends_in_blank_
 from specexit_core.toy.paths import DRAFT_DIR, TEACHER_DIR
 
 # Qwen2/3's pre-tokenizer pattern: a punctuation run takes the line breaks after it (`[\r\n]*`).
-QWEN_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-                r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
 
 
 def official_split_ids(tok) -> set[int]:
@@ -27,16 +29,27 @@ def merged_bpe():
     from transformers import PreTrainedTokenizerFast
 
     tk = Tokenizer(models.BPE())
-    tk.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(QWEN_PATTERN), behavior="isolated"),
-                                                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tk.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(QWEN_PATTERN), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     tk.decoder = decoders.ByteLevel()
-    text = ("First we add the numbers.\n\nWhy is that?\n\nSo:\n\nthe total is 12 \n\nDone\n\n\nok.\n\n\n"
-            "then }\n\nline\nnext")
-    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["<unk>", "<think>", "</think>\n\n"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    text = (
+        "First we add the numbers.\n\nWhy is that?\n\nSo:\n\nthe total is 12 \n\nDone\n\n\nok.\n\n\n"
+        "then }\n\nline\nnext"
+    )
+    trainer = trainers.BpeTrainer(
+        vocab_size=400,
+        special_tokens=["<unk>", "<think>", "</think>\n\n"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tk.train_from_iterator([text] * 50, trainer)
-    return PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="<unk>",
-                                   additional_special_tokens=["<think>", "</think>\n\n"])
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tk, unk_token="<unk>", additional_special_tokens=["<think>", "</think>\n\n"]
+    )
 
 
 def texts(tok, ids) -> set[str]:
@@ -75,5 +88,9 @@ def test_merged_breaks_are_split_tokens_and_the_official_ones_too(merged_bpe):
     assert tok.convert_tokens_to_ids("</think>\n\n") not in ids
     assert tok.encode("\n", add_special_tokens=False)[0] not in ids
     # the explicit official list gives exactly the official ids
-    assert set(split_token_ids(tok, [t for t in OFFICIAL_SPLIT_TEXTS
-                                     if len(tok.encode(t, add_special_tokens=False)) == 1])) == official
+    assert (
+        set(
+            split_token_ids(tok, [t for t in OFFICIAL_SPLIT_TEXTS if len(tok.encode(t, add_special_tokens=False)) == 1])
+        )
+        == official
+    )

@@ -23,8 +23,10 @@ def test_round_trip_on_traces():
     tok = build_tokenizer()
     rng = random.Random(0)
     for p in problems("dev", 200):
-        text = tok.apply_chat_template([{"role": "user", "content": p.prompt}], tokenize=False,
-                                       add_generation_prompt=True) + make_trace(p, rng).completion
+        text = (
+            tok.apply_chat_template([{"role": "user", "content": p.prompt}], tokenize=False, add_generation_prompt=True)
+            + make_trace(p, rng).completion
+        )
         ids = tok(text, add_special_tokens=False)["input_ids"]
         assert tok.unk_token_id not in ids
         assert tok.decode(ids) == text

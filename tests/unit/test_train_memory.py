@@ -11,9 +11,18 @@ from specexit_core.training.synthetic import random_batch, random_draft, random_
 
 # A Qwen3-style target at 1/32 of Qwen3-4B's width with the same ratios that matter (intermediate
 # ~3.8 H, 4 query heads per kv head, draft vocab / hidden 12.5).
-SMALL_TARGET = dict(model_type="qwen3", hidden_size=80, num_hidden_layers=4, num_attention_heads=4,
-                    num_key_value_heads=1, head_dim=32, intermediate_size=304, vocab_size=4000,
-                    tie_word_embeddings=True, max_position_embeddings=1024)
+SMALL_TARGET = dict(
+    model_type="qwen3",
+    hidden_size=80,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    num_key_value_heads=1,
+    head_dim=32,
+    intermediate_size=304,
+    vocab_size=4000,
+    tie_word_embeddings=True,
+    max_position_embeddings=1024,
+)
 DRAFT_VOCAB = 1000
 # Estimate / measurement of the bytes a step adds over the weights and optimizer state. The
 # estimate counts every large tensor autograd keeps; it leaves out small ones and may count a
@@ -38,12 +47,26 @@ def measure_step(*, recompute: bool, autocast: bool, batch_size=2, seq_len=64, u
     train_step(objective, opt, target, batch, autocast=autocast)  # creates AdamW's moments
     with LiveTensorBytes() as live:
         train_step(objective, opt, target, batch, autocast=autocast)
-    tensors = [*target.parameters(), *target.buffers(), *objective.parameters(), *objective.buffers(),
-               *(v for st in opt.state.values() for v in st.values() if torch.is_tensor(v))]
+    tensors = [
+        *target.parameters(),
+        *target.buffers(),
+        *objective.parameters(),
+        *objective.buffers(),
+        *(v for st in opt.state.values() for v in st.values() if torch.is_tensor(v)),
+    ]
     static = sum(t.numel() * t.element_size() for t in tensors)
-    shape = TrainShape(target=TargetShape.from_hf(target.config), draft=draft.cfg, batch_size=batch_size,
-                       seq_len=seq_len, unroll=unroll, target_dtype_bytes=2 if autocast else 4, autocast=autocast,
-                       recompute=recompute, world_size=1, loss_chunk_tokens=chunk)
+    shape = TrainShape(
+        target=TargetShape.from_hf(target.config),
+        draft=draft.cfg,
+        batch_size=batch_size,
+        seq_len=seq_len,
+        unroll=unroll,
+        target_dtype_bytes=2 if autocast else 4,
+        autocast=autocast,
+        recompute=recompute,
+        world_size=1,
+        loss_chunk_tokens=chunk,
+    )
     return static, live.peak, estimate_train_memory(shape)
 
 
@@ -64,7 +87,7 @@ def test_recompute_cuts_the_measured_peak_as_estimated():
     _, recomputed, est_rec = measure_step(recompute=True, autocast=False, unroll=5)
     assert recomputed < 0.6 * plain
     est_static = est_plain.phases["optimizer"] - est_plain.parts["features"] - 2 * est_plain.parts["grads"]
-    measured = (recomputed / plain)
+    measured = recomputed / plain
     estimated = (est_rec.peak - est_static) / (est_plain.peak - est_static)
     assert estimated == pytest.approx(measured, rel=0.15)
 

@@ -8,8 +8,15 @@ from specexit_core.vllm_plugin.version import check_vllm_version, is_supported
 
 
 def test_flat_keys_from_openai_vllm_xargs():
-    cfg = request_exit_config({"specexit_method": "progress", "specexit_progress_threshold": "0.5",
-                               "specexit_max_think_tokens": 64.0, "other": 1}, ExitConfig())
+    cfg = request_exit_config(
+        {
+            "specexit_method": "progress",
+            "specexit_progress_threshold": "0.5",
+            "specexit_max_think_tokens": 64.0,
+            "other": 1,
+        },
+        ExitConfig(),
+    )
     assert cfg.method == "progress" and cfg.progress_threshold == 0.5 and cfg.max_think_tokens == 64
 
 
@@ -24,16 +31,19 @@ def test_nested_dict_offline():
     assert cfg.confidence_threshold == 0.95 and cfg.alpha == 0.2
 
 
-@pytest.mark.parametrize("args,msg", [
-    ({"specexit_threshold": 1}, "unknown SpecExit control 'specexit_threshold'"),
-    ({"specexit": {"bogus": 1}}, "unknown SpecExit control 'bogus'"),
-    ({"specexit_alpha": "x"}, "must be a number"),
-    ({"specexit_alpha": 0}, "alpha"),
-    ({"specexit_confidence_threshold": 1.5}, "confidence_threshold"),
-    ({"specexit_method": "vibes"}, "vibes"),
-    ({"specexit_enabled": "maybe"}, "boolean"),
-    ({"specexit_min_think_tokens": -1}, "min_think_tokens"),
-])
+@pytest.mark.parametrize(
+    "args,msg",
+    [
+        ({"specexit_threshold": 1}, "unknown SpecExit control 'specexit_threshold'"),
+        ({"specexit": {"bogus": 1}}, "unknown SpecExit control 'bogus'"),
+        ({"specexit_alpha": "x"}, "must be a number"),
+        ({"specexit_alpha": 0}, "alpha"),
+        ({"specexit_confidence_threshold": 1.5}, "confidence_threshold"),
+        ({"specexit_method": "vibes"}, "vibes"),
+        ({"specexit_enabled": "maybe"}, "boolean"),
+        ({"specexit_min_think_tokens": -1}, "min_think_tokens"),
+    ],
+)
 def test_bad_controls_are_clear_errors(args, msg):
     with pytest.raises(ValueError, match=msg):
         request_exit_config(args, ExitConfig())

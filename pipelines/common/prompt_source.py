@@ -1,4 +1,5 @@
-"""Prompt sources of the traces job: the toy generator, JSONL, Parquet, Hugging Face datasets.
+"""Where prompts come from (the traces job's input and the evaluation's problem set): `InputConfig`
+and its readers -- the toy generator, JSONL, Parquet, Hugging Face datasets.
 
 Ray Data reads the source; the (small) prompt table then comes back to the driver in input order so
 each row gets a stable id (the `id_column` when the data has one, else `row-<index>`), which is what
@@ -10,9 +11,12 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any
+from pathlib import Path
+from typing import Any, Literal
 
-from pipelines.traces.config import InputConfig
+from pydantic import Field, model_validator
+
+from specexit_core.typed_config import ConfigError, StrictModel, resolve_path
 
 log = logging.getLogger("specexit.pipelines")
 
@@ -23,8 +27,10 @@ LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 def _toy_rows(cfg: InputConfig, n: int) -> list[dict]:
     from specexit_core.toy.task import problems
 
-    return [{"id": f"toy-{cfg.split}-{p.uid}", "prompt": p.prompt, "gold": str(p.answer)}
-            for p in problems(cfg.split, n, seed=cfg.seed)]  # type: ignore[arg-type]
+    return [
+        {"id": f"toy-{cfg.split}-{p.uid}", "prompt": p.prompt, "gold": str(p.answer)}
+        for p in problems(cfg.split, n, seed=cfg.seed)
+    ]  # type: ignore[arg-type]
 
 
 def read_dataset(cfg: InputConfig, limit: int | None):
@@ -117,6 +123,58 @@ def read_prompts(cfg: InputConfig, limit: int | None) -> list[dict]:
     finally:
         ctx.execution_options.preserve_order = old
     rows = dedupe_ids([normalize(r, i, cfg) for i, r in enumerate(raw)])
-    log.info("read %d prompts (%d invalid) from %s", len(rows), sum(r["error"] is not None for r in rows),
-             cfg.path or f"toy:{cfg.split}")
+    log.info(
+        "read %d prompts (%d invalid) from %s",
+        len(rows),
+        sum(r["error"] is not None for r in rows),
+        cfg.path or f"toy:{cfg.split}",
+    )
     return rows
+
+
+class InputConfig(StrictModel):
+    """Where prompts come from (traces stage)."""
+
+    kind: Literal["toy", "jsonl", "parquet", "hf_disk", "hf_hub"] = "toy"
+    path: str | None = None  # file / folder / glob (jsonl, parquet), folder (hf_disk), dataset name (hf_hub)
+    split: str = "train"  # toy split or HF split
+    hf_config_name: str | None = None  # HF hub dataset config, e.g. "main" for gsm8k
+    n: int = Field(256, ge=1)  # toy: number of problems
+    seed: int = 0  # toy: problem stream seed
+    id_column: str | None = "id"  # used when the data has it; otherwise ids are row-<index>
+    prompt_column: str = "prompt"
+    gold_column: str | None = None  # gold answer column (toy: always filled)
+    choices_column: str | None = None  # multiple choice: list of options, appended as "A. ..."
+
+    @model_validator(mode="after")
+    def _need_path(self):
+        if self.kind != "toy" and not self.path:
+            raise ValueError(f"input.kind={self.kind!r} needs input.path")
+        return self
+
+    def resolve_paths(self) -> InputConfig:
+        if self.path and self.kind != "hf_hub":  # an hf_hub path is a dataset name
+            self.path = resolve_path(self.path)
+        return self
+
+
+def input_overrides(path: str | None) -> dict[str, str]:
+    """`--input PATH` as `load_config` overrides: the path, and the reader its name implies."""
+    return {} if path is None else {"input.path": path, "input.kind": infer_input_kind(path)}
+
+
+def infer_input_kind(path: str) -> str:
+    """`--input` for the traces stage: pick the reader from the path."""
+    p = Path(resolve_path(path))
+    if p.suffix in (".jsonl", ".json") or p.name.endswith(".jsonl.gz"):
+        return "jsonl"
+    if p.suffix == ".parquet":
+        return "parquet"
+    if p.is_dir():
+        if (p / "dataset_info.json").exists() or (p / "dataset_dict.json").exists() or (p / "state.json").exists():
+            return "hf_disk"
+        if any(p.glob("*.parquet")):
+            return "parquet"
+        if any(p.glob("*.jsonl")):
+            return "jsonl"
+    raise ConfigError(f"cannot tell the input kind of {path!r}; set input.kind in the config")

@@ -1,0 +1,28 @@
+"""The three data stages by name (traces, labels, train_draft) and their configs.
+
+For callers above the stages (the demo, the bench, cluster rendering, tests) that pick a stage by
+name; the stages themselves never import this.
+"""
+
+from __future__ import annotations
+
+from pipelines.common.stage_cli import load_stage
+from pipelines.labels.config import LabelsConfig
+from pipelines.traces.config import TracesConfig
+from pipelines.train_draft.config import TrainDraftConfig
+from specexit_core.typed_config import StrictModel
+
+STAGES: dict[str, type[StrictModel]] = {"traces": TracesConfig, "labels": LabelsConfig, "train_draft": TrainDraftConfig}
+
+
+def load_stage_config(
+    stage: str,
+    path: str | None,
+    *,
+    input: str | None = None,
+    output: str | None = None,
+    limit: int | None = None,
+    raw: dict | None = None,
+):
+    """The named stage's config (see `stage_cli.load_stage`). Raises ConfigError."""
+    return load_stage(STAGES[stage], stage, path, input=input, output=output, limit=limit, raw=raw)
