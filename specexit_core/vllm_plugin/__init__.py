@@ -30,7 +30,7 @@ def register() -> None:
     from vllm import ModelRegistry
 
     if ARCH not in ModelRegistry.get_supported_archs():
-        ModelRegistry.register_model(ARCH, "specexit_core.vllm_plugin.model:SpecExitEagle3LlamaForCausalLM")
+        ModelRegistry.register_model(ARCH, "specexit_core.vllm_plugin.drafter:SpecExitEagle3LlamaForCausalLM")
     from specexit_core.vllm_plugin.controls import install_request_validation
     from specexit_core.vllm_plugin.cpu_fixes import install_cpu_fixes
     from specexit_core.vllm_plugin.runner_hook import install_runner_hook
