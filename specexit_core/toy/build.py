@@ -18,8 +18,8 @@ from pathlib import Path
 import torch
 from pydantic import ConfigDict, Field
 
-from specexit_core.toy.teacher_model import TeacherArch
 from specexit_core.toy.task import iter_problems
+from specexit_core.toy.teacher_model import TeacherArch
 from specexit_core.toy.tokenizer import build_tokenizer
 from specexit_core.toy.traces import TraceStyle, make_trace
 from specexit_core.typed_config import StrictModel, load_config
