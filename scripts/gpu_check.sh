@@ -13,5 +13,5 @@ assert torch.cuda.is_available(), "no CUDA device visible"
 print("GPU:", torch.cuda.get_device_name(0), "| vllm", vllm.__version__, "| torch", torch.__version__)
 PY
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-exec timeout 300 "$PY" -m pytest -q -x tests/test_vllm_plugin.py \
+exec timeout 300 "$PY" -m pytest -q -x tests/integration/test_vllm_plugin.py \
   -k "disabled_equals or matches_reference or mixes_exit" "$@"

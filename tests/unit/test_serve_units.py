@@ -1,5 +1,5 @@
 """Fast tests of the Serve app's own layers (config, auth, overload/failure mapping, telemetry join),
-with fakes in place of Ray Serve and vLLM. The real thing: tests/test_serve_app.py."""
+with fakes in place of Ray Serve and vLLM. The real thing: tests/integration/test_serve_app.py."""
 
 import asyncio
 import json
