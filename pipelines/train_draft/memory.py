@@ -83,10 +83,14 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.config}: {cfg.target}, {cfg.num_workers} worker(s) x batch {shape.batch_size} x {shape.seq_len} "
         f"tokens, unroll {shape.unroll}, {device} (bf16 autocast {shape.autocast}, recompute {shape.recompute})"
     )
+    if not (args.seq_len or cfg.max_seq_len):
+        print("  (no max_seq_len: rows as long as the target's maximum positions, an upper bound)")
     print(f"estimated peak per worker: {est.peak / GB:.2f} GB, in the {est.phase} phase (an estimate, not measured)")
     print("  phases: " + ", ".join(f"{k} {v / GB:.2f}" for k, v in est.phases.items()) + " GB")
+    print("  terms (each phase adds up some of them, see specexit_core/training/memory.py):")
     for k, v in est.parts.items():
-        print(f"  {k:24s} {v / GB:8.3f} GB")
+        if v:
+            print(f"    {k:24s} {v / GB:8.3f} GB")
     return 0
 
 

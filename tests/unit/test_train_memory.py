@@ -130,3 +130,21 @@ def test_gpu_probe_script_runs_its_cpu_smoke_size(tmp_path):
         assert row["peak_allocated_bytes"] > 0 and row["seconds_per_step"] > 0 and row["model_tflops_per_step"] > 0
         assert 0.75 < row["measured_over_estimated"] < 1.25
     assert res["variants"]["fp32-recompute"]["peak_allocated_bytes"] < res["variants"]["fp32"]["peak_allocated_bytes"]
+
+
+@pytest.mark.parametrize(
+    "recipe,gpu_bytes",
+    [("examples/gpu/train_draft.yaml", 24e9), ("examples/gpu/deepseek-r1-8b/train_draft.yaml", 40e9)],
+)
+def test_shipped_gpu_recipes_fit_their_gpus_by_estimate(recipe, gpu_bytes, capsys):
+    """`python -m pipelines.train_draft.memory`: the recipes' GPUs (runbook) hold the estimated peak
+    with room for the CUDA context and fragmentation (the runbook's claim; a GPU run checks it)."""
+    import json
+    from pathlib import Path
+
+    from pipelines.train_draft.memory import main
+
+    assert main([str(Path(__file__).resolve().parents[2] / recipe), "--json"]) == 0
+    est = json.loads(capsys.readouterr().out)
+    assert est["autocast"] and est["recompute"] and est["seq_len"] == 8192
+    assert est["peak"] < gpu_bytes - 2e9, est["phases"]
