@@ -203,6 +203,41 @@ def test_fused_ttt_attention_matches_dense_scores_values_and_gradients(recompute
         torch.testing.assert_close(g_new[k], g_ref[k], rtol=1e-5, atol=1e-5, msg=k)
 
 
+def dense_step_attention(q, k0, v0, diag_k, diag_v, scale):
+    """Reference for `ttt_step_attention`: one dense softmax over [causal block | diagonal keys]."""
+    n, rep = q.shape[2], q.shape[1] // diag_k[0].shape[1]
+    causal = torch.ones(n, n, dtype=torch.bool, device=q.device).tril()
+    s0 = ((q.float() @ k0.float().transpose(-1, -2)) * scale).masked_fill(~causal, float("-inf"))
+    sd = [(q.float() * kd.float().repeat_interleave(rep, 1)).sum(-1, keepdim=True) * scale for kd in diag_k]
+    w = torch.softmax(torch.cat([s0, *sd], -1), -1)
+    o = w[..., :n] @ v0.float()
+    for i, vd in enumerate(diag_v):
+        o = o + w[..., n + i : n + i + 1] * vd.float().repeat_interleave(rep, 1)
+    return o
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32-efficient", "bf16-flash"])
+def test_ttt_step_attention_cuda_kernels_match_dense(dtype):
+    """On CUDA the causal block runs in the memory-efficient kernel (fp32) or flash (bf16)."""
+    torch.manual_seed(0)
+    b, nh, nkv, n, d, j = 2, 8, 2, 300, 64, 3
+    dev = "cuda"
+    q, k0, v0 = (torch.randn(b, nh, n, d, device=dev, dtype=dtype, requires_grad=True) for _ in range(3))
+    dk = [torch.randn(b, nkv, n, d, device=dev, dtype=dtype, requires_grad=True) for _ in range(j)]
+    dv = [torch.randn(b, nkv, n, d, device=dev, dtype=dtype, requires_grad=True) for _ in range(j)]
+    leaves = [q, k0, v0, *dk, *dv]
+    probe = torch.randn(b, nh, n, d, device=dev)
+    ref = dense_step_attention(q, k0, v0, dk, dv, d**-0.5)
+    out = ttt_attention.ttt_step_attention(q, k0, v0, dk, dv, d**-0.5)
+    tol = dict(rtol=1e-4, atol=1e-4) if dtype == torch.float32 else dict(rtol=3e-2, atol=3e-2)
+    torch.testing.assert_close(out.float(), ref, **tol)
+    g_ref = torch.autograd.grad((ref * probe).sum(), leaves)
+    g_out = torch.autograd.grad((out.float() * probe).sum(), leaves)
+    for a, r in zip(g_out, g_ref):
+        torch.testing.assert_close(a.float(), r.float(), **{k: 5 * v for k, v in tol.items()})
+
+
 def test_causal_lse_kernel_and_fallback_agree_with_dense_in_value_and_gradient():
     torch.manual_seed(0)
     q, k, v = (torch.randn(2, 4, 9, 8, dtype=torch.float64).float().requires_grad_() for _ in range(3))
