@@ -23,7 +23,9 @@ from serve_app.config import AppArgs, load_args
 from serve_app.ingress import SpecExitIngress, http_error_handler, validation_error_handler
 from serve_app.ray_llm import init_fastapi, to_model_metadata
 from serve_app.server import SpecExitLLMServer
+from specexit_core.exit import EXIT_CONFIG_ENV
 from specexit_core.vllm_env import cpu_engine_env
+from specexit_core.vllm_plugin.telemetry import TELEMETRY_DIR_ENV
 
 
 def engine_kwargs(a: AppArgs) -> dict[str, Any]:
@@ -53,9 +55,9 @@ def llm_config(a: AppArgs) -> LLMConfig:
         for k, v in cpu_engine_env(m.cpu.kv_cache_gib, m.cpu.omp_threads_bind).items():
             env.setdefault(k, v)
     if a.specexit.exit_defaults:
-        env["SPECEXIT_EXIT_CONFIG"] = json.dumps(a.specexit.exit_defaults)
+        env[EXIT_CONFIG_ENV] = json.dumps(a.specexit.exit_defaults)
     if a.specexit.telemetry_dir:
-        env["SPECEXIT_TELEMETRY_DIR"] = a.specexit.telemetry_dir
+        env[TELEMETRY_DIR_ENV] = a.specexit.telemetry_dir
     autoscaling = a.autoscaling.model_dump(exclude_none=True)
     deployment = {
         "autoscaling_config": autoscaling,

@@ -21,6 +21,7 @@ from serve_app.ray_llm import VLLMEngine
 from serve_app.telemetry import ExitEventIndex, choice_telemetry, usage_block
 from specexit_core.draft.config import SpecExitFields, read_specexit_fields
 from specexit_core.vllm_plugin.controls import request_exit_config, server_defaults
+from specexit_core.vllm_plugin.telemetry import TELEMETRY_DIR_ENV
 
 log = logging.getLogger("specexit.serve.engine")
 
@@ -44,7 +45,7 @@ class SpecExitVLLMEngine(VLLMEngine):
         self._specexit_active = block is not None
         self._exit_defaults = server_defaults(block.exit_defaults) if block else None
         self._think_end_id = int(block.token_ids["think_end"]) if block else self._tokenizer_think_end()
-        tdir = os.environ.get("SPECEXIT_TELEMETRY_DIR")
+        tdir = os.environ.get(TELEMETRY_DIR_ENV)
         self._events = ExitEventIndex(tdir) if (tdir and block) else None
         self._aborts = 0
         orig_abort = self._engine_client.abort

@@ -15,6 +15,7 @@ from ray.serve.llm.deployment import LLMServer
 
 from serve_app.engine import SpecExitVLLMEngine
 from specexit_core.vllm_env import apply_cpu_defaults, is_cpu_build
+from specexit_core.vllm_plugin.telemetry import TELEMETRY_DIR_ENV
 
 
 def _replica_tag() -> str:
@@ -33,8 +34,8 @@ class SpecExitLLMServer(LLMServer):
         if is_cpu_build():
             apply_cpu_defaults()  # setdefault only: the config's env vars win
         # One exit-event folder per replica: each replica joins only its own engine's events.
-        base = os.environ.get("SPECEXIT_TELEMETRY_DIR") or os.path.join(tempfile.gettempdir(), "specexit-telemetry")
-        os.environ["SPECEXIT_TELEMETRY_DIR"] = os.path.join(base, _replica_tag())
+        base = os.environ.get(TELEMETRY_DIR_ENV) or os.path.join(tempfile.gettempdir(), "specexit-telemetry")
+        os.environ[TELEMETRY_DIR_ENV] = os.path.join(base, _replica_tag())
         await super().__init__(llm_config, **kwargs)
 
     async def specexit_stats(self) -> dict:

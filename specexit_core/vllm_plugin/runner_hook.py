@@ -38,7 +38,7 @@ from specexit_core.exit import ExitConfig, ExitDecision, ExitTracker
 from specexit_core.signals import activate
 from specexit_core.vllm_plugin.controls import request_exit_config, server_defaults
 from specexit_core.vllm_plugin.metrics import SpecExitMetrics
-from specexit_core.vllm_plugin.telemetry import EXITS, FALLBACKS, EventWriter
+from specexit_core.vllm_plugin.telemetry import EXITS, FALLBACKS, TELEMETRY_DIR_ENV, EventWriter
 
 log = logging.getLogger("specexit.vllm")
 FORCE_LOGIT = 1e9
@@ -90,7 +90,7 @@ class SpecExitRunnerState:
             "telemetry_errors": 0,
         }
         self.metrics = SpecExitMetrics()
-        self.events = EventWriter(os.environ.get("SPECEXIT_TELEMETRY_DIR"))
+        self.events = EventWriter(os.environ.get(TELEMETRY_DIR_ENV))
         log.info("SpecExit active: defaults %s, split ids %s", self.defaults.to_dict(), sorted(self.split_ids))
 
     # -- request bookkeeping -------------------------------------------------------------------

@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 
 log = logging.getLogger("specexit.vllm")
+# Where the engine appends exit / fallback events (JSON lines, one file per worker process).
+TELEMETRY_DIR_ENV = "SPECEXIT_TELEMETRY_DIR"
 EXITS = "exits"
 FALLBACKS = "fallbacks"
 
