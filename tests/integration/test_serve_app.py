@@ -10,7 +10,7 @@ import time
 import httpx
 import pytest
 
-from support.serve import ServeApp, running_serve
+from support.serve import ServeApp, running_serve, toy_model_args
 
 pytestmark = pytest.mark.vllm
 
@@ -26,18 +26,7 @@ FORCED = {"specexit_method": "progress", "specexit_progress_threshold": 0.0}  # 
 
 def app_args(key_file: str) -> dict:
     return {
-        "model": {
-            "id": MODEL,
-            "source": "toy:teacher",
-            "draft": "toy:draft",
-            "accelerator": "cpu",
-            "dtype": "float32",
-            "enforce_eager": True,
-            "max_model_len": 512,
-            "max_num_seqs": 32,
-            "seed": 0,
-            "cpu": {"kv_cache_gib": 1, "omp_threads_bind": "0-1"},
-        },
+        "model": toy_model_args(MODEL, max_num_seqs=32, seed=0, cpu={"kv_cache_gib": 1, "omp_threads_bind": "0-1"}),
         "autoscaling": {"min_replicas": 1, "max_replicas": 1, "target_ongoing_requests": 16},
         # queue >= client concurrency: a finished request frees its replica slot a little after the client
         # has its answer, so a client at concurrency 16 briefly queues up to 16 requests

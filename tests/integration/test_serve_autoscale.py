@@ -8,7 +8,7 @@ import time
 import httpx
 import pytest
 
-from support.serve import ServeApp, running_serve
+from support.serve import ServeApp, running_serve, toy_model_args
 
 pytestmark = pytest.mark.vllm
 
@@ -22,16 +22,7 @@ def base():
         ServeApp(
             "auto",
             {
-                "model": {
-                    "id": MODEL,
-                    "source": "toy:teacher",
-                    "draft": "toy:draft",
-                    "accelerator": "cpu",
-                    "dtype": "float32",
-                    "enforce_eager": True,
-                    "max_model_len": 512,
-                    "max_num_seqs": 16,
-                },
+                "model": toy_model_args(MODEL, max_num_seqs=16),
                 "autoscaling": {
                     "min_replicas": 1,
                     "max_replicas": 2,

@@ -5,7 +5,7 @@ same SpecExit decisions as a TP=1 replica. Both apps run side by side in one Ser
 import httpx
 import pytest
 
-from support.serve import ServeApp, running_serve
+from support.serve import ServeApp, running_serve, toy_model_args
 
 pytestmark = pytest.mark.vllm
 
@@ -18,19 +18,13 @@ PROMPTS = [
 
 def args(tp: int, bind: str) -> dict:
     return {
-        "model": {
-            "id": f"toy-tp{tp}",
-            "source": "toy:teacher",
-            "draft": "toy:draft",
-            "accelerator": "cpu",
-            "tensor_parallel_size": tp,
-            "dtype": "float32",
-            "enforce_eager": True,
-            "max_model_len": 512,
-            "max_num_seqs": 8,
-            "seed": 0,
-            "cpu": {"kv_cache_gib": 1, "omp_threads_bind": bind},
-        },
+        "model": toy_model_args(
+            f"toy-tp{tp}",
+            tensor_parallel_size=tp,
+            max_num_seqs=8,
+            seed=0,
+            cpu={"kv_cache_gib": 1, "omp_threads_bind": bind},
+        ),
         "request_timeout_s": 120,
     }
 

@@ -61,3 +61,17 @@ def _wait_running(names: list[str], timeout: float) -> None:
             raise RuntimeError({a: st[a].message for a in st})
         time.sleep(2)
     raise TimeoutError(f"Serve apps {names} not running after {timeout:.0f}s")
+
+
+def toy_model_args(model_id: str, **overrides) -> dict:
+    """`applications[].args.model` of the shipped toy teacher + draft on CPU, float32, eager."""
+    return {
+        "id": model_id,
+        "source": "toy:teacher",
+        "draft": "toy:draft",
+        "accelerator": "cpu",
+        "dtype": "float32",
+        "enforce_eager": True,
+        "max_model_len": 512,
+        **overrides,
+    }
