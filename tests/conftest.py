@@ -1,9 +1,26 @@
 import os
+import shutil
+import tempfile
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-import pytest
+# The suite leaves nothing in the user's home: Ray writes ~/.ray/auth_token on a local ray.init(), vLLM,
+# torch and matplotlib write caches under ~/.cache and ~/.config. Every process the tests start inherits
+# a private HOME (and XDG dirs inside it), removed when the session ends.
+USER_HOME = os.path.expanduser("~")
+TEST_HOME = tempfile.mkdtemp(prefix="specexit-test-home-")
+os.environ.update(
+    HOME=TEST_HOME,
+    XDG_CACHE_HOME=os.path.join(TEST_HOME, ".cache"),
+    XDG_CONFIG_HOME=os.path.join(TEST_HOME, ".config"),
+)
+
+import pytest  # noqa: E402  (after HOME is private: nothing may read the user's home first)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    shutil.rmtree(TEST_HOME, ignore_errors=True)
 
 
 def _has_vllm() -> bool:
