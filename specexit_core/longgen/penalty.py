@@ -1,0 +1,54 @@
+"""The contextual penalty: a repetition penalty (theta) over the last W tokens only.
+
+It is part of the *target distribution*: plain decoding (`plain.plain_decode`) and the engine's draft and
+verification logits all go through `penalise`, so "lossless" means lossless w.r.t. the penalised target.
+The formula is the usual repetition penalty (CTRL / HF): a penalised token's logit is divided by theta when
+positive and multiplied by theta when negative; each token counts once, however often it occurs in the window.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specexit_core.typed_config import StrictModel
+
+
+class PenaltyConfig(StrictModel):
+    theta: float = 1.2  # TokenSwift's value; 1.0 disables the penalty
+    window: int = 1024  # W: only the last W tokens of the sequence (prompt included) are penalised
+
+    @property
+    def enabled(self) -> bool:
+        return self.theta != 1.0 and self.window > 0
+
+
+def penalise(logits: torch.Tensor, present: torch.Tensor, theta: float) -> torch.Tensor:
+    """logits [..., V]; present [..., V] bool: the tokens of each row's window."""
+    if theta == 1.0:
+        return logits
+    scaled = torch.where(logits > 0, logits / theta, logits * theta)
+    return torch.where(present, scaled, logits)
+
+
+def window_presence(tokens: list[int], vocab: int, window: int) -> torch.Tensor:
+    """[V] bool: tokens among the last `window` of `tokens`."""
+    present = torch.zeros(vocab, dtype=torch.bool)
+    if window > 0 and tokens:
+        present[torch.tensor(tokens[-window:], dtype=torch.long)] = True
+    return present
+
+
+def tree_presence(seq: list[int], paths: list[list[int]], vocab: int, window: int) -> torch.Tensor:
+    """[N, V] bool: the window of each tree node, whose context is `seq + paths[n]` (paths[n] = the node's
+    ancestors' tokens and its own, root excluded: the node row predicts the token after them)."""
+    by_depth: dict[int, torch.Tensor] = {}
+    out = torch.zeros(len(paths), vocab, dtype=torch.bool)
+    for n, path in enumerate(paths):
+        d = len(path)
+        if d not in by_depth:  # the part of the window still inside seq shrinks as the node gets deeper
+            keep = max(window - d, 0)
+            by_depth[d] = window_presence(seq, vocab, keep) if keep else torch.zeros(vocab, dtype=torch.bool)
+        out[n] = by_depth[d]
+        if path and window > 0:
+            out[n, torch.tensor(path[-window:], dtype=torch.long)] = True
+    return out
