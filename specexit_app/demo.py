@@ -23,8 +23,20 @@ from specexit_app.demo_config import DemoConfig
 from specexit_core.typed_config import load_config, read_yaml
 
 log = logging.getLogger("specexit.demo")
-SUMMARY_METHODS = ("plain", "eagle3", "specexit", "budget", "deer", "dynasor", "nothink", "oracle")
-SUMMARY_FIELDS = ("accuracy", "think_tokens", "latency_s", "probe_requests")
+SUMMARY_METHODS = (
+    "plain",
+    "eagle3",
+    "specexit",
+    "specexit_paper",
+    "budget",
+    "deer",
+    "dynasor",
+    "nothink",
+    "oracle",
+)
+# accuracy_ci95: [low, high], 95% bootstrap over problems; accuracy_vs_eagle3: the paired
+# difference in points with its interval ({"points", "ci95", "n"}; null for eagle3 itself)
+SUMMARY_FIELDS = ("accuracy", "accuracy_ci95", "accuracy_vs_eagle3", "think_tokens", "latency_s", "probe_requests")
 
 
 class Stages:
@@ -90,6 +102,7 @@ class Stages:
             "oracle": c["oracle"],
             "chosen_replay": c["chosen_replay"],
             "confirmed": c.get("confirmed"),
+            "at_grid_edge": c.get("at_grid_edge"),
         }
 
     def serve(self) -> dict:
@@ -178,7 +191,7 @@ def _brief(name: str, res: dict) -> dict:
         "traces": ("input_rows", "ok", "errors", "rows_per_s"),
         "labels": ("input_rows", "ok", "errors"),
         "train_draft": ("step", "loss", "resumed_from_steps"),
-        "calibrate": ("exit",),
+        "calibrate": ("exit", "at_grid_edge"),
         "serve": ("requests", "reasoning_separated", "think_tokens_off", "think_tokens_on", "exits"),
         "evaluate": ("n", "ok", "errors", "complete"),
     }[name]
@@ -190,13 +203,25 @@ def print_table(summary: dict) -> None:
     print("stages: " + ", ".join(f"{k} {v['seconds']:.0f}s" for k, v in summary["stages"].items()))
     for t, methods in summary["by_temperature"].items():
         print(f"\nT = {t}")
-        print(f"{'method':10s} {'accuracy':>9s} {'think':>7s} {'latency ms':>11s} {'probes':>7s}")
+        print(
+            f"{'method':16s} {'accuracy':>9s} {'95% CI':>14s} {'vs eagle3 (pts)':>22s} {'think':>7s} "
+            f"{'latency ms':>11s} {'probes':>7s}"
+        )
         for m, v in methods.items():
-            acc, think, lat, probes = (v.get(k) for k in SUMMARY_FIELDS)
+            lat = v.get("latency_s")
             print(
-                f"{m:10s} {_f(acc, 3):>9s} {_f(think, 1):>7s} {_f(None if lat is None else 1000 * lat, 1):>11s} "
-                f"{_f(probes, 1):>7s}"
+                f"{m:16s} {_f(v.get('accuracy'), 3):>9s} {_ci(v.get('accuracy_ci95'), 3):>14s} "
+                f"{_vs(v.get('accuracy_vs_eagle3')):>22s} {_f(v.get('think_tokens'), 1):>7s} "
+                f"{_f(None if lat is None else 1000 * lat, 1):>11s} {_f(v.get('probe_requests'), 1):>7s}"
             )
+
+
+def _ci(ci, nd: int) -> str:
+    return "-" if not ci else f"[{ci[0]:.{nd}f}, {ci[1]:.{nd}f}]"
+
+
+def _vs(diff) -> str:
+    return "-" if not diff else f"{diff['points']:+.1f} {_ci(diff['ci95'], 1)}"
 
 
 def _f(x, nd: int) -> str:

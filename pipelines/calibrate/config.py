@@ -26,10 +26,14 @@ class CalibrateConfig(StrictModel):
             "confidence_progress_remain",
         ]
     )
-    confidence_thresholds: list[float] = Field(default_factory=lambda: [0.5, 0.6, 0.7, 0.8, 0.9, 0.95])
-    progress_thresholds: list[float] = Field(default_factory=lambda: [0.2, 0.3, 0.4, 0.5, 0.6, 0.7])
-    remaining_thresholds: list[float] = Field(default_factory=lambda: [10, 20, 40, 80, 200])
-    alphas: list[float] = Field(default_factory=lambda: [0.1, 0.3, 0.5])
+    # wide enough that the toy's choice lies inside every axis; a choice at an end is reported
+    # (`calibration.at_grid_edge`), since a better setting may then lie beyond the grid
+    confidence_thresholds: list[float] = Field(
+        default_factory=lambda: [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99]
+    )
+    progress_thresholds: list[float] = Field(default_factory=lambda: [0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.9])
+    remaining_thresholds: list[float] = Field(default_factory=lambda: [5, 10, 20, 40, 80, 200, 1000])
+    alphas: list[float] = Field(default_factory=lambda: [0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0])
     confirm: bool = True  # run the chosen setting with the real engine on the dev split
     write_draft_defaults: bool = False  # also store it as the draft's config.json specexit.exit_defaults
 

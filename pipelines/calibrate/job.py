@@ -52,6 +52,20 @@ def grid(cfg: CalibrateConfig) -> list[ExitConfig]:
     return out
 
 
+def grid_edges(cfg: CalibrateConfig, chosen: ExitConfig) -> list[str]:
+    """The chosen values that sit at an end of their grid axis (a better one may lie beyond it):
+    one sentence each, empty when every varied value is inside its range."""
+    axes = {f"{s}_threshold": getattr(cfg, f"{s}_thresholds") for s in chosen.signals_used}
+    axes["alpha"] = cfg.alphas
+    out = []
+    for name, values in axes.items():
+        v = getattr(chosen, name)
+        if len(values) > 1 and v in (min(values), max(values)):
+            end = "lowest" if v == min(values) else "highest"
+            out.append(f"{name} = {v:g} is the {end} value of the grid {sorted(values)}")
+    return out
+
+
 def load_traces(eval_dir: str) -> list[dict]:
     """Greedy eagle3 rows (trace + signals) joined with their oracle rows (break probes)."""
     rows = read_all(
@@ -151,6 +165,9 @@ def run_calibration(cfg: CalibrateConfig) -> dict:
         "calibrate: %d settings x %d traces replayed in %.1fs; best %s", len(settings), len(traces), replay_s, best
     )
     chosen = ExitConfig.from_dict(best["exit"]).to_dict()
+    edges = grid_edges(cfg, ExitConfig.from_dict(chosen))
+    for e in edges:
+        log.warning("calibrate: the chosen %s: widen the grid to be sure nothing better lies beyond", e)
     calib = {
         "how": "offline replay of ExitTracker over per-token draft signals computed once per greedy EAGLE-3 dev trace; "
         "accuracy at an exit = the graded forced answer probed at that paragraph break",
@@ -164,6 +181,7 @@ def run_calibration(cfg: CalibrateConfig) -> dict:
         "default": {k: default_pt[k] for k in ("accuracy", "think_tokens")},
         "chosen_replay": {k: best[k] for k in ("accuracy", "think_tokens")},
         "within_tolerance": best["accuracy"] >= e_acc - cfg.tolerance - 1e-12,
+        "at_grid_edge": edges,  # [] = every chosen value lies inside its grid axis
         "top": sorted(
             (p for p in points if p["accuracy"] >= e_acc - cfg.tolerance - 1e-12),
             key=lambda p: (p["think_tokens"], -p["accuracy"]),
@@ -216,6 +234,8 @@ def main(config: str, output: str | None = None, limit: int | None = None, as_js
     else:
         c = out["calibration"]
         print(f"chosen exit: {json.dumps(out['exit'])}")
+        for e in out["calibration"]["at_grid_edge"]:
+            print(f"warning: {e}: widen the grid (a better setting may lie beyond it)")
         print(
             f"replay on {c['n_traces']} dev traces: accuracy {c['chosen_replay']['accuracy']:.3f} "
             f"(eagle3 {c['eagle3']['accuracy']:.3f}, tolerance {c['tolerance']}), think tokens "

@@ -18,7 +18,21 @@ from pipelines.common.config import EngineConfig, RayConfig
 from pipelines.common.prompt_source import InputConfig
 from specexit_core.typed_config import StrictModel, resolve_model, resolve_path
 
-METHODS = ("plain", "eagle3", "specexit", "specexit_default", "budget", "deer", "dynasor", "nothink", "oracle")
+METHODS = (
+    "plain",
+    "eagle3",
+    "specexit",
+    "specexit_paper",
+    "specexit_default",
+    "budget",
+    "deer",
+    "dynasor",
+    "nothink",
+    "oracle",
+)
+# One request per problem: their accuracy runs can go as one batched generate per method (see
+# `EvalConfig.latency_problems`); deer / dynasor / oracle are loops of requests per problem.
+SINGLE_REQUEST = ("plain", "eagle3", "specexit", "specexit_paper", "specexit_default", "budget", "nothink")
 
 
 class DeerConfig(StrictModel):
@@ -76,6 +90,10 @@ class EvalConfig(StrictModel):
     oracle: OracleConfig = Field(default_factory=OracleConfig)
     signals: bool = True  # per-token draft signals along the EAGLE-3 traces (report plots, calibration replay)
     batch_size: int = Field(16, ge=1)  # problems per engine-actor batch = rows per output part
+    # Latency is timed at concurrency 1 (every method, one request at a time, in a shuffled order) on
+    # the first `latency_problems` problems; the others get their accuracy and think tokens from one
+    # batched generate per single-request method (None: time every problem).
+    latency_problems: int | None = Field(None, ge=1)
     concurrency: int = Field(1, ge=1)  # engine actors (each runs its problems sequentially)
     think_start: str = "<think>"
     think_end: str = "</think>"

@@ -5,7 +5,9 @@ in what they send:
   plain     plain engine (no speculation)
   eagle3    EAGLE-3 + SpecExit draft, SpecExit off for the request (`{"specexit": False}`)
   specexit  the same engine, exit on (server defaults, an override, or the calibrated setting)
-  specexit_default  the same, always the server defaults (the draft's exit_defaults: paper values)
+  specexit_paper    the same, the paper's rule sent with the request (confidence 0.8, progress 0.3,
+                    remaining 200, alpha 0.1: `ExitConfig()`), whatever the calibrated defaults are
+  specexit_default  the same, always the server defaults (the draft's exit_defaults)
   budget    the same engine, a static thinking budget (`max_think_tokens`, signal exit impossible)
   deer      generate until a transition word; trial answer; exit if its mean probability > threshold
   dynasor   generate `every` tokens; probe; exit when the last `window` probe answers agree
@@ -13,6 +15,7 @@ in what they send:
   oracle    the EAGLE-3 trace probed at every paragraph break, then replayed with the budget that
             stops right after the oracle break (the limit any exit at paragraph breaks can reach)
 Each returns a `Result`; latency is the wall clock of all its requests, probes included.
+`batched` runs one single-request method over many problems in one generate (accuracy only).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipelines.evaluate.rules import count_think_answer, deer_confidence, dynasor_should_exit, oracle_cut
-from specexit_core.exit import NEVER_FIRES
+from specexit_core.exit import NEVER_FIRES, ExitConfig
 from specexit_core.labels import probe_prompts, step_boundaries
 
 
@@ -89,6 +92,7 @@ class Gen:
         return self._SP(**kw)
 
     def many(self, prompts: list[list[int]], sp) -> list[Out]:
+        """`sp`: one SamplingParams for all prompts, or one per prompt."""
         self.requests += len(prompts)
         outs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], sp, use_tqdm=False)
         res = []
@@ -316,6 +320,36 @@ def oracle_probe(
     flags = [bool(grade_text(decode(o.token_ids))) for o in outs]
     cut = oracle_cut(breaks, flags, bool(grade_text(decode(comp))), end)
     return {"cut": cut, "breaks": breaks, "flags": flags, "think_end": end, "probes": len(prompts)}
+
+
+def batched(gen: Gen, ids: Ids, prompts: list[list[int]], opened: list[bool], params: list) -> list[Result]:
+    """One single-request method over many problems in one generate: accuracy and think tokens as
+    the engine serves a batch; no latency (timed separately at concurrency 1) and no per-request
+    spec-decode counters."""
+    outs = gen.many(prompts, params)
+    res = []
+    for o, op in zip(outs, opened):
+        think, ans = _counts(ids, o.token_ids, op)
+        res.append(
+            Result(
+                o.token_ids,
+                think,
+                ans,
+                requests=1,
+                info={"finish_reason": o.finish_reason, "timed": False, "batched": True},
+            )
+        )
+    return res
+
+
+def paper_extra() -> dict:
+    """Request overrides for the paper's rule (`ExitConfig()`'s defaults), sent explicitly so the
+    draft's calibrated `exit_defaults` do not apply."""
+    d = ExitConfig().to_dict()
+    return {
+        k: d[k]
+        for k in ("enabled", "method", "confidence_threshold", "progress_threshold", "remaining_threshold", "alpha")
+    }
 
 
 def budget_extra(n: int) -> dict:

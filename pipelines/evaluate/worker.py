@@ -2,9 +2,12 @@
 
 A Ray Data callable class (`map_batches(EvalWorker, ...)`). It holds one vLLM engine with EAGLE-3
 speculation and the SpecExit draft (eagle3, specexit, budget, deer, dynasor, nothink, oracle) and a
-plain engine (plain), plus the transformers target for the per-token signals. Requests go one at a
-time, so each latency is an honest concurrency-1 end-to-end time. Each batch is written as one
-atomic Parquet part by the actor itself (all rows of a problem together: the unit of resume).
+plain engine (plain), plus the transformers target for the per-token signals. On a timed problem
+(`EvalConfig.latency_problems`) every method runs one request at a time, in a per-problem shuffled
+order (`order.method_order`), so each latency is an honest concurrency-1 end-to-end time; on the
+others the single-request methods run as one batched generate per method over the batch (accuracy
+and think tokens only). Each batch is written as one atomic Parquet part by the actor itself (all
+rows of a problem together: the unit of resume).
 """
 
 from __future__ import annotations
@@ -20,7 +23,21 @@ import pyarrow as pa
 from pipelines.common.graders import EXTRACTORS, grade, reference_answer
 from pipelines.common.parts import write_part
 from pipelines.common.runtime import stable_seed
-from pipelines.evaluate.methods import Gen, Ids, Result, budget_extra, deer, dynasor, oracle_probe, single, timed
+from pipelines.evaluate.config import SINGLE_REQUEST
+from pipelines.evaluate.methods import (
+    Gen,
+    Ids,
+    Result,
+    batched,
+    budget_extra,
+    deer,
+    dynasor,
+    oracle_probe,
+    paper_extra,
+    single,
+    timed,
+)
+from pipelines.evaluate.order import method_order
 
 _ids = pa.list_(pa.int32())
 _f32 = pa.list_(pa.float32())
@@ -174,51 +191,94 @@ class EvalWorker:
         return think_opened(ids, self.ids.think_start, self.ids.think_end)
 
     # -- one problem ---------------------------------------------------------------------------
-    def _problem(self, row: dict) -> list[dict]:
+    def _check(self, row: dict) -> tuple[list[int] | None, str | None, list[dict] | None]:
+        """(prompt ids, reference answer, None), or (None, None, [error row]) for an unusable problem."""
         pid = row["id"]
         if row.get("error"):
-            return [error_row(pid, row["error"], prompt=row.get("prompt"), gold=row.get("gold"))]
+            return None, None, [error_row(pid, row["error"], prompt=row.get("prompt"), gold=row.get("gold"))]
         ref = reference_answer(self.cfg.grader, row.get("gold"), None)
         if ref is None:
-            return [
-                error_row(
-                    pid, f"no usable gold answer ({row.get('gold')!r})", prompt=row["prompt"], gold=row.get("gold")
-                )
-            ]
+            bad = f"no usable gold answer ({row.get('gold')!r})"
+            return None, None, [error_row(pid, bad, prompt=row["prompt"], gold=row.get("gold"))]
         prompt = self._prompt(row["prompt"])
         if len(prompt) + 1 >= self.max_len:
-            return [
-                error_row(
-                    pid,
-                    f"prompt of {len(prompt)} tokens exceeds max_model_len {self.max_len}",
-                    prompt=row["prompt"],
-                    gold=row.get("gold"),
-                )
-            ]
-        out = []
-        for temp in self.cfg.temperatures:
-            out += self._methods(pid, row, prompt, ref, temp)
+            bad = f"prompt of {len(prompt)} tokens exceeds max_model_len {self.max_len}"
+            return None, None, [error_row(pid, bad, prompt=row["prompt"], gold=row.get("gold"))]
+        return prompt, ref, None
+
+    def _jobs(self) -> list[tuple[str, str]]:
+        jobs: list[tuple[str, str]] = []
+        for m in self.methods:
+            if m == "budget":
+                jobs += [("budget", str(b)) for b in self.cfg.budget_sweep]
+            else:
+                jobs.append((m, ""))
+        return jobs
+
+    def _extra(self, m: str, setting: str):
+        """The `specexit` request controls of a single-request method."""
+        return {
+            "eagle3": False,
+            "nothink": False,
+            "plain": None,
+            "specexit": self.exit,
+            "specexit_paper": paper_extra(),
+            "specexit_default": None,
+            "budget": budget_extra(int(setting) if setting else 0),
+        }[m]
+
+    def _seed(self, pid: str, temp: float) -> int:
+        return stable_seed(self.cfg.seed, f"{pid}/{temp:g}")
+
+    def _batched(self, problems: list[tuple[dict, list[int]]], temp: float) -> dict:
+        """{problem id: {(method, setting): Result}}: every single-request method over `problems`,
+        one generate per method; a failing method is left out (it then runs per problem)."""
+        out: dict = {row["id"]: {} for row, _ in problems}
+        if not problems:
+            return out
+        for m, setting in self._jobs():
+            if m not in SINGLE_REQUEST:
+                continue
+            gen = self.plain if m == "plain" else self.spec
+            try:
+                prompts = [self._prompt(row["prompt"], think=False) if m == "nothink" else p for row, p in problems]
+                params = [
+                    gen.params(
+                        max_tokens=self.cfg.max_tokens,
+                        temperature=temp,
+                        seed=self._seed(row["id"], temp),
+                        extra=self._extra(m, setting),
+                    )
+                    for row, _ in problems
+                ]
+                res = batched(gen, self.ids, prompts, [self._opened(p) for p in prompts], params)
+            except Exception:  # noqa: BLE001 -- the per-problem path runs it again and records the error
+                traceback.print_exc()
+                continue
+            for (row, _), r in zip(problems, res):
+                out[row["id"]][(m, setting)] = r
         return out
 
-    def _methods(self, pid: str, row: dict, prompt: list[int], ref: str, temp: float) -> list[dict]:
+    def _methods(
+        self, pid: str, row: dict, prompt: list[int], ref: str, temp: float, pre: dict | None = None, timed_here=True
+    ) -> list[dict]:
+        """Every method on one problem, in a shuffled order; `pre`: results of batched runs to use;
+        `timed_here`: False marks its rows as left out of the latency means."""
         cfg, ids = self.cfg, self.ids
-        seed = stable_seed(cfg.seed, f"{pid}/{temp:g}")
+        seed = self._seed(pid, temp)
         common = dict(max_tokens=cfg.max_tokens, temperature=temp, seed=seed)
         decode = lambda t: self.tok.decode(t, skip_special_tokens=False)  # noqa: E731
         extract = EXTRACTORS[cfg.grader]
         rows, eagle = [], None
-        jobs: list[tuple[str, str]] = []
-        for m in self.methods:
-            if m == "budget":
-                jobs += [("budget", str(b)) for b in cfg.budget_sweep]
-            else:
-                jobs.append((m, ""))
-        for m, setting in jobs:
+        pre = pre or {}
+        for m, setting in method_order(self._jobs(), seed):
             try:
                 gen = self.plain if m == "plain" else self.spec
                 p = self._prompt(row["prompt"], think=False) if m == "nothink" else prompt
                 opened = self._opened(p)
-                if m == "deer":
+                if (m, setting) in pre:
+                    res = pre[(m, setting)]
+                elif m == "deer":
                     res = timed(gen, partial(deer, gen, ids, p, cfg.deer, **common))
                 elif m == "dynasor":
                     res = timed(
@@ -227,15 +287,10 @@ class EvalWorker:
                 elif m == "oracle":
                     res = self._oracle(pid, p, eagle, ref, common, decode)
                 else:
-                    extra = {
-                        "eagle3": False,
-                        "nothink": False,
-                        "plain": None,
-                        "specexit": self.exit,
-                        "specexit_default": None,
-                        "budget": budget_extra(int(setting) if setting else 0),
-                    }[m]
+                    extra = self._extra(m, setting)
                     res = timed(gen, partial(single, gen, ids, p, opened=opened, extra=extra, **common))
+                if not timed_here:  # latency is compared on the timed problems only
+                    res.info["timed"] = False
                 text = decode(res.completion)
                 r = self._row(pid, row, temp, m, setting, p, res, text, grade(cfg.grader, text, ref) > 0.5)
                 if m == "eagle3":
@@ -321,7 +376,7 @@ class EvalWorker:
             correct=bool(correct),
             think_tokens=res.think_tokens,
             answer_tokens=res.answer_tokens,
-            latency_s=res.latency_s,
+            latency_s=None if res.info.get("batched") else res.latency_s,
             requests=res.requests,
             probe_requests=res.probe_requests,
             num_drafts=res.num_drafts,
@@ -339,8 +394,21 @@ class EvalWorker:
     def __call__(self, batch: pa.Table) -> pa.Table:
         t0 = time.time()
         rows = []
-        for i, r in enumerate(batch.to_pylist()):
-            rows += self._problem(r)
+        todo = []
+        for r in batch.to_pylist():
+            prompt, ref, err = self._check(r)
+            if err:
+                rows += err
+            else:
+                todo.append((r, prompt, ref))
+        untimed = [(r, p) for r, p, _ in todo if not r.get("timed", True)]
+        pre = {t: self._batched(untimed, t) for t in self.cfg.temperatures}
+        if untimed:
+            print(f"[evaluate] {len(untimed)} untimed problems batched in {time.time() - t0:.1f}s", flush=True)
+        for i, (r, prompt, ref) in enumerate(todo):
+            timed_here = r.get("timed", True)
+            for t in self.cfg.temperatures:
+                rows += self._methods(r["id"], r, prompt, ref, t, pre[t].get(r["id"]), timed_here=timed_here)
             if (i + 1) % 10 == 0:
                 print(
                     f"[evaluate] {i + 1}/{batch.num_rows} problems of this batch ({time.time() - t0:.0f}s)", flush=True

@@ -16,11 +16,23 @@ import argparse
 import json
 from pathlib import Path
 
-ORDER = ["plain", "eagle3", "specexit", "specexit_default", "budget", "deer", "dynasor", "nothink", "oracle"]
+ORDER = [
+    "plain",
+    "eagle3",
+    "specexit",
+    "specexit_paper",
+    "specexit_default",
+    "budget",
+    "deer",
+    "dynasor",
+    "nothink",
+    "oracle",
+]
 COLORS = {
     "plain": "#7f7f7f",
     "eagle3": "#1f77b4",
     "specexit": "#d62728",
+    "specexit_paper": "#ff9896",
     "specexit_default": "#e377c2",
     "budget": "#9467bd",
     "deer": "#2ca02c",
@@ -107,7 +119,7 @@ def plot_latency(by_t: dict, path: Path) -> None:
     w = 0.8 / len(temps)
     for i, t in enumerate(temps):
         ms = by_t[t]["methods"]
-        vals = [1000 * ms.get(m, {}).get("latency_s", 0.0) if ms.get(m, {}).get("n") else 0.0 for m in methods]
+        vals = [1000 * (ms.get(m, {}).get("latency_s") or 0.0) for m in methods]
         xs = [j + (i - (len(temps) - 1) / 2) * w for j in range(len(methods))]
         bars = ax.bar(
             xs,
@@ -205,23 +217,52 @@ def _fmt(x, nd=3):
     return f"{x:.{nd}f}" if isinstance(x, float) else str(x)
 
 
+def _ci(ci, scale: float = 100.0, nd: int = 1) -> str:
+    return "-" if not ci else f"[{scale * ci[0]:.{nd}f}, {scale * ci[1]:.{nd}f}]"
+
+
+def _vs(diff) -> str:
+    """Paired accuracy difference vs eagle3 in points, with its 95% bootstrap interval."""
+    return "-" if not diff else f"{diff['points']:+.1f} {_ci(diff['ci95'], 1.0)}"
+
+
 def method_table(d: dict) -> list[str]:
     e = d["methods"].get("eagle3", {}).get("latency_s")
     lines = [
-        "| method | accuracy | think tokens | answer tokens | latency (ms) | speed-up vs eagle3 | acceptance length "
-        "| probe requests | requests | n |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| method | accuracy | 95% CI | vs eagle3 (points, 95% CI) | think tokens | answer tokens | latency (ms) "
+        "| speed-up vs eagle3 | acceptance length | probe requests | requests | n |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for m in ORDER:
         r = d["methods"].get(m)
         if not r or not r.get("n"):
             continue
         name = f"{m} ({r['setting']})" if m == "budget" else m
+        lat = r.get("latency_s")
         lines.append(
-            f"| {name} | {100 * r['accuracy']:.1f}% | {r['think_tokens']:.1f} | {r['answer_tokens']:.1f} | "
-            f"{1000 * r['latency_s']:.1f} | {_fmt(e / r['latency_s'] if e and r['latency_s'] else None, 2)} | "
+            f"| {name} | {100 * r['accuracy']:.1f}% | {_ci(r.get('accuracy_ci95'))} | {_vs(r.get('accuracy_vs_eagle3'))} "
+            f"| {r['think_tokens']:.1f} | {r['answer_tokens']:.1f} | {_fmt(None if lat is None else 1000 * lat, 1)} | "
+            f"{_fmt(e / lat if e and lat else None, 2)} | "
             f"{_fmt(r.get('acceptance_length'), 2)} | {r['probe_requests']:.2f} | {r['requests']:.2f} | {r['n']} |"
         )
+    return lines
+
+
+def within_table(by_t: dict, points: float = 1.0) -> list[str]:
+    """Which methods are within `points` of eagle3's accuracy at 95% confidence (the lower end of
+    the paired bootstrap interval of method - eagle3 above -points)."""
+    lines = [
+        f"| T | method | vs eagle3 (points) | 95% CI | within {points:g} point of eagle3 at 95% |",
+        "|---|---|---|---|---|",
+    ]
+    for t, d in by_t.items():
+        for m in ORDER:
+            diff = d["methods"].get(m, {}).get("accuracy_vs_eagle3")
+            if diff:
+                held = diff["ci95"][0] >= -points - 1e-9
+                lines.append(
+                    f"| {t} | {m} | {diff['points']:+.1f} | {_ci(diff['ci95'], 1.0)} | {'yes' if held else 'no'} |"
+                )
     return lines
 
 
@@ -259,7 +300,7 @@ def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Path
         f"{s['n']} problems ({s['ok']} ok, {s['errors']} with errors), temperatures "
         f"{', '.join(by_t)}; one engine (EAGLE-3 + SpecExit draft) for every method but `plain`; latency = "
         f"end-to-end per request at concurrency 1, probes included (oracle: its replay only, probing "
-        f"listed separately). SpecExit exit setting: `{json.dumps(s.get('specexit_exit'))}` (null = the draft's defaults).",
+        f"listed separately), timed on the first `latency_problems` problems (`latency_n` per method). SpecExit exit setting: `{json.dumps(s.get('specexit_exit'))}` (null = the draft's defaults).",
         "",
     ]
     for t, d in by_t.items():
@@ -269,11 +310,12 @@ def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Path
             md += [
                 "Static budget sweep:",
                 "",
-                "| budget | accuracy | think tokens | latency (ms) |",
-                "|---|---|---|---|",
+                "| budget | accuracy | vs eagle3 (points, 95% CI) | think tokens | latency (ms) |",
+                "|---|---|---|---|---|",
             ]
             md += [
-                f"| {p['setting']} | {100 * p['accuracy']:.1f}% | {p['think_tokens']:.1f} | {1000 * p['latency_s']:.1f} |"
+                f"| {p['setting']} | {100 * p['accuracy']:.1f}% | {_vs(p.get('accuracy_vs_eagle3'))} | "
+                f"{p['think_tokens']:.1f} | {_fmt(None if p.get('latency_s') is None else 1000 * p['latency_s'], 1)} |"
                 for p in sweep
                 if p.get("n")
             ] + [""]
@@ -284,6 +326,17 @@ def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Path
                 f"{1000 * o['probe_latency_s']:.1f} ms per problem.",
                 "",
             ]
+    md += (
+        [
+            "## Accuracy against EAGLE-3, paired by problem",
+            "",
+            "Each interval is a 95% percentile bootstrap over problems (2,000 resamples, seeded), of the "
+            "method's accuracy minus EAGLE-3's on the same problems.",
+            "",
+        ]
+        + within_table(by_t)
+        + [""]
+    )
     md += ["## Targets", "", "| T | target | value | required | result |", "|---|---|---|---|---|"]
     for t, checks in s.get("targets", {}).items():
         for name, c in checks.items():

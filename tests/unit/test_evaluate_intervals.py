@@ -1,0 +1,103 @@
+"""Bootstrap intervals (paired by problem), the per-problem method order, the calibration grid's
+edge flag, and how aggregation uses them (pure functions, no engine)."""
+
+import json
+
+import pytest
+
+from pipelines.calibrate.config import CalibrateConfig
+from pipelines.calibrate.job import grid_edges
+from pipelines.evaluate.intervals import accuracy_ci95, paired_diff_ci95, within_points
+from pipelines.evaluate.job import aggregate, target_checks
+from pipelines.evaluate.order import method_order
+from specexit_core.exit import ExitConfig
+
+
+def test_accuracy_ci95_contains_the_mean_and_is_seeded():
+    x = [True] * 80 + [False] * 20
+    lo, hi = accuracy_ci95(x)
+    assert lo < 0.8 < hi and 0.05 < hi - lo < 0.25
+    assert accuracy_ci95(x) == [lo, hi]  # same seed, same interval
+    assert accuracy_ci95(x, seed=1) != [lo, hi]
+    assert accuracy_ci95([True] * 10) == [1.0, 1.0]
+    assert accuracy_ci95([]) is None
+
+
+def test_paired_diff_cancels_what_both_share():
+    ids = [f"p{i}" for i in range(100)]
+    a = {k: i % 3 != 0 for i, k in enumerate(ids)}  # 66% right
+    same = paired_diff_ci95(a, dict(a))
+    assert same == {"points": 0.0, "ci95": [0.0, 0.0], "n": 100}  # identical answers: no uncertainty
+    b = dict(a, p1=False)  # one problem of 100 differs
+    d = paired_diff_ci95(a, b)
+    assert d["points"] == pytest.approx(1.0) and d["ci95"][0] == 0.0 and 1.0 <= d["ci95"][1] <= 4.0
+    assert within_points(paired_diff_ci95(b, a), 1.0) is False  # -1 point: the interval reaches below -1
+    assert within_points(same, 1.0) is True and within_points(None, 1.0) is None
+    assert paired_diff_ci95({"x": True}, {"y": True}) is None  # no shared problem
+    assert paired_diff_ci95({"x": True, "z": True}, {"x": False})["n"] == 1  # only shared problems count
+
+
+def test_method_order_shuffles_per_seed_and_keeps_oracle_after_eagle3():
+    jobs = [("plain", ""), ("eagle3", ""), ("specexit", ""), ("budget", "32"), ("deer", ""), ("oracle", "")]
+    orders = {tuple(method_order(jobs, s)) for s in range(50)}
+    assert len(orders) > 10  # not a fixed order
+    for o in orders:
+        assert sorted(o) == sorted(jobs)
+        names = [m for m, _ in o]
+        assert names.index("eagle3") < names.index("oracle")
+    firsts = {o[0][0] for o in orders}
+    assert "specexit" in firsts and "eagle3" in firsts  # any method can go first
+    assert method_order(jobs, 7) == method_order(jobs, 7)
+
+
+def test_grid_edges_flags_a_choice_at_an_end():
+    cfg = CalibrateConfig(output="x.json", eval={"output": "o", "engine": {"model": "m"}, "draft": "d"})
+    assert grid_edges(cfg, ExitConfig(method="confidence", confidence_threshold=0.5, alpha=0.3)) == []
+    low = grid_edges(cfg, ExitConfig(method="confidence", confidence_threshold=min(cfg.confidence_thresholds)))
+    assert len(low) == 1 and "confidence_threshold" in low[0] and "lowest" in low[0]
+    hi = grid_edges(cfg, ExitConfig(method="progress", progress_threshold=0.3, alpha=max(cfg.alphas)))
+    assert len(hi) == 1 and hi[0].startswith("alpha") and "highest" in hi[0]
+    # the paper's values lie inside the default grid, and so does the toy's earlier choice
+    assert grid_edges(cfg, ExitConfig()) == []
+
+
+def _row(pid, m, correct, lat, setting="", timed=True):
+    info = {} if timed else {"timed": False}
+    return dict(
+        problem_id=pid,
+        method=m,
+        setting=setting,
+        temperature=0.0,
+        status="ok",
+        correct=correct,
+        think_tokens=10,
+        answer_tokens=5,
+        latency_s=lat,
+        requests=1,
+        probe_requests=0,
+        num_drafts=None,
+        num_accepted=None,
+        info=json.dumps(info),
+    )
+
+
+def test_aggregate_intervals_and_timed_subset():
+    rows = []
+    for i in range(40):
+        timed = i < 10
+        rows += [
+            _row(f"p{i}", "eagle3", True, 1.0 if timed else None, timed=timed),
+            _row(f"p{i}", "specexit", i != 3, 0.4 if timed else None, timed=timed),
+            _row(f"p{i}", "deer", True, 0.5 if timed else 9.0, timed=timed),  # untimed latency left out
+            _row(f"p{i}", "budget", True, 0.3 if timed else None, "32", timed=timed),
+        ]
+    d = aggregate(rows, tolerance=0.01)["0"]
+    s, e = d["methods"]["specexit"], d["methods"]["eagle3"]
+    assert s["latency_s"] == pytest.approx(0.4) and s["latency_n"] == 10
+    assert d["methods"]["deer"]["latency_s"] == pytest.approx(0.5)
+    assert s["accuracy"] == pytest.approx(39 / 40) and s["accuracy_ci95"][0] < 39 / 40 <= s["accuracy_ci95"][1]
+    assert s["accuracy_vs_eagle3"]["points"] == pytest.approx(-2.5) and s["accuracy_vs_eagle3"]["n"] == 40
+    assert "accuracy_vs_eagle3" not in e
+    assert d["sweeps"]["budget"][0]["accuracy_vs_eagle3"]["ci95"] == [0.0, 0.0]
+    chk = target_checks(d["methods"])["accuracy_within_1_point_of_eagle3"]
+    assert chk["value"] == pytest.approx(2.5) and not chk["pass"] and chk["ci95_points"][0] < -1
