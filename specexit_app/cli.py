@@ -101,6 +101,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
         print(str(e), file=sys.stderr)
         return 2
     summary = run_demo(cfg, fresh=args.fresh)
+    from pipelines.common.runtime import stop_ray_quietly
+
+    # Ray down before the summary: at interpreter exit its workers' multiprocessing resource_tracker
+    # children print KeyError tracebacks, which the still-running log monitor streams after our output
+    stop_ray_quietly()
     if args.json:
         print(json.dumps(summary))
     else:
