@@ -21,6 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from serve_app.auth import BearerAuthMiddleware
 from serve_app.config import AppArgs, load_args
 from serve_app.ingress import SpecExitIngress, http_error_handler, validation_error_handler
+from serve_app.limits import BodySizeLimitMiddleware
 from serve_app.ray_llm import init_fastapi, to_model_metadata
 from serve_app.server import SpecExitLLMServer
 from specexit_core.exit import EXIT_CONFIG_ENV
@@ -48,6 +49,13 @@ def engine_kwargs(a: AppArgs) -> dict[str, Any]:
     return kw
 
 
+def shutdown_options(a: AppArgs) -> dict[str, float]:
+    """A replica that Serve stops (scale-down, redeploy) first drains: it waits, checking every
+    wait-loop period, until its requests are done or the timeout passes. Serve's default timeout (20 s)
+    is shorter than the request deadline and would cut long generations; this is at least the deadline."""
+    return {"graceful_shutdown_timeout_s": a.shutdown_timeout_s, "graceful_shutdown_wait_loop_s": 2.0}
+
+
 def llm_config(a: AppArgs) -> LLMConfig:
     m = a.model
     env = dict(m.env)
@@ -66,6 +74,7 @@ def llm_config(a: AppArgs) -> LLMConfig:
         "health_check_period_s": a.health.period_s,
         "health_check_timeout_s": a.health.timeout_s,
         "ray_actor_options": {"num_cpus": a.replica_num_cpus},
+        **shutdown_options(a),
     }
     tp = m.tensor_parallel_size
     extra: dict[str, Any] = {}
@@ -97,12 +106,15 @@ def build_app(args: dict | AppArgs | None = None) -> Application:
     app = init_fastapi()
     app.add_exception_handler(RequestValidationError, validation_error_handler)
     app.add_exception_handler(StarletteHTTPException, http_error_handler)
+    # Before any parsing: a body over the limit is never read whole.
+    app.add_middleware(BodySizeLimitMiddleware, max_bytes=a.limits.max_body_bytes)
     if a.auth.enabled:
         # Added last = runs first: reject before parsing, metrics or anything else sees the request.
         app.add_middleware(BearerAuthMiddleware, env_name=a.auth.api_keys_env, file=a.auth.api_keys_file)
     ingress_cls = make_fastapi_ingress(SpecExitIngress, app=app)
     options = SpecExitIngress.get_deployment_options([cfg])
     options["ray_actor_options"] = {"num_cpus": a.ingress_num_cpus}
+    options.update(shutdown_options(a))  # the ingress holds the client's connection: it drains too
     # The ingress only forwards; it must not be where requests queue without bound or get refused.
     options["max_ongoing_requests"] = max(
         1000,
@@ -115,4 +127,6 @@ def build_app(args: dict | AppArgs | None = None) -> Application:
         retry_after_s=a.backpressure.retry_after_s,
         overload_status=a.backpressure.overload_status,
         auth=a.auth.model_dump(),
+        limits=a.limits.model_dump(),
+        max_sequences_in_flight=a.sequence_budget,
     )

@@ -14,6 +14,10 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 from specexit_core.exit import ExitConfig
 from specexit_core.typed_config import StrictModel, load_config, resolve_model
 
+# Beyond the request deadline, a stopping replica waits this long more: a request admitted at the
+# last moment still gets its whole deadline, plus time to send its answer.
+SHUTDOWN_MARGIN_S = 10.0
+
 
 class ServeArgs(StrictModel):
     """Base of the args models: strict like every config, and frozen: validated once when the app is
@@ -121,8 +125,27 @@ class AutoscalingArgs(ServeArgs):
 class BackpressureArgs(ServeArgs):
     max_ongoing_requests: int = Field(64, ge=1, description="requests one engine replica runs at once")
     max_queued_requests: int = Field(64, ge=0, description="requests waiting for a replica; more are rejected")
+    max_sequences_in_flight: int | None = Field(
+        None,
+        ge=1,
+        description="sequences (n x prompts of every admitted request) the ingress lets in at once; more are "
+        "rejected like a full queue. None: max_replicas x (max_ongoing_requests + max_queued_requests), "
+        "i.e. the request queue's size counted in sequences",
+    )
     overload_status: Literal[429, 503] = 429
     retry_after_s: int = Field(1, ge=1, description="Retry-After header on 429/503")
+
+
+class LimitsArgs(ServeArgs):
+    """What one request may ask for; checked at the ingress before any engine sees the request."""
+
+    max_n: int = Field(16, ge=1, description="largest `n` (choices per prompt); more: 400")
+    max_body_bytes: int = Field(
+        4 * 1024 * 1024, ge=1024, description="largest request body in bytes (checked while it streams in); more: 413"
+    )
+    max_messages: int = Field(
+        256, ge=1, description="most chat `messages` (and most prompts in one /v1/completions call); more: 400"
+    )
 
 
 class AuthArgs(ServeArgs):
@@ -149,11 +172,47 @@ class AppArgs(ServeArgs):
     backpressure: BackpressureArgs = Field(default_factory=BackpressureArgs)
     auth: AuthArgs = Field(default_factory=AuthArgs)
     health: HealthArgs = Field(default_factory=HealthArgs)
+    limits: LimitsArgs = Field(default_factory=LimitsArgs)
     request_timeout_s: float = Field(300.0, gt=0, description="whole request, queueing included; then 503")
+    graceful_shutdown_timeout_s: float | None = Field(
+        None,
+        gt=0,
+        description="how long a stopping replica (scale-down, redeploy) lets its requests finish; "
+        f"None: request_timeout_s + {SHUTDOWN_MARGIN_S:g} s. Never below request_timeout_s",
+    )
     replica_num_cpus: float = Field(
         0.0, ge=0, description="logical CPUs for the replica actor itself (the engine ranks get one bundle each)"
     )
     ingress_num_cpus: float = Field(0.0, ge=0)
+
+    @model_validator(mode="after")
+    def _limits_fit(self):
+        if self.graceful_shutdown_timeout_s is not None and self.graceful_shutdown_timeout_s < self.request_timeout_s:
+            raise ValueError(
+                f"graceful_shutdown_timeout_s ({self.graceful_shutdown_timeout_s:g}) < request_timeout_s "
+                f"({self.request_timeout_s:g}): scale-down would cut requests that are still within their deadline"
+            )
+        if self.limits.max_n > self.sequence_budget:
+            raise ValueError(
+                f"limits.max_n ({self.limits.max_n}) > the sequences admitted at once ({self.sequence_budget}, "
+                "backpressure.max_sequences_in_flight): a request at max_n could never run"
+            )
+        return self
+
+    @property
+    def sequence_budget(self) -> int:
+        """Sequences in flight the ingress admits (backpressure counted in work, not requests)."""
+        b = self.backpressure
+        if b.max_sequences_in_flight is not None:
+            return b.max_sequences_in_flight
+        return self.autoscaling.max_replicas * (b.max_ongoing_requests + b.max_queued_requests)
+
+    @property
+    def shutdown_timeout_s(self) -> float:
+        """graceful_shutdown_timeout_s of every deployment: at least the request deadline."""
+        if self.graceful_shutdown_timeout_s is not None:
+            return self.graceful_shutdown_timeout_s
+        return self.request_timeout_s + SHUTDOWN_MARGIN_S
 
 
 def load_args(args: dict | AppArgs | None) -> AppArgs:

@@ -5,7 +5,8 @@ vLLM's own serving layer; this class only post-processes what it returns:
 * `usage.specexit` (serve_app/telemetry.py) on non-streaming responses and on the final usage
   chunk of a stream (`stream_options.include_usage`);
 * `reasoning_content` next to vLLM 0.32's `reasoning`, for clients written against the older name;
-* counts the engine aborts (a client that disconnects must abort its request in the engine).
+* counts the engine aborts (a client that disconnects must abort its request in the engine);
+* `usage.specexit.fallback`: why the worker ran a request without SpecExit (from `fallbacks-*.jsonl`).
 """
 
 from __future__ import annotations
@@ -68,7 +69,19 @@ class SpecExitVLLMEngine(VLLMEngine):
             return None
 
     def specexit_stats(self) -> dict:
-        return {"aborts": self._aborts, "specexit_active": self._specexit_active}
+        """Engine aborts, requests the engine still runs, telemetry lines skipped as malformed."""
+        return {
+            "aborts": self._aborts,
+            "specexit_active": self._specexit_active,
+            "unfinished_requests": self._unfinished(),
+            "telemetry_malformed_lines": self._events.malformed_lines if self._events is not None else 0,
+        }
+
+    def _unfinished(self) -> int | None:
+        try:  # requests the engine has not finished or aborted (AsyncLLM's output processor)
+            return int(self._engine_client.output_processor.get_num_unfinished_requests())
+        except Exception:  # noqa: BLE001 -- a stats field, never an error
+            return None
 
     # -- request handling ----------------------------------------------------------------------
     def _enabled(self, request) -> bool:
@@ -110,7 +123,8 @@ class SpecExitVLLMEngine(VLLMEngine):
         for i in sorted(token_ids_by_choice):
             key = (response_id, i) if n is None else (f"{response_id}-{i // n}", i % n)
             ev = self._events.pop(*key) if self._events is not None else None
-            choices.append(choice_telemetry(token_ids_by_choice[i], self._think_end_id, ev))
+            fb = self._events.pop_fallback(*key) if self._events is not None else None
+            choices.append(choice_telemetry(token_ids_by_choice[i], self._think_end_id, ev, fb))
         return usage_block(enabled, choices or [choice_telemetry([], self._think_end_id, None)])
 
     def _finish_response(self, resp, want_ids: bool, enabled: bool, n: int | None):

@@ -7,7 +7,9 @@ Stock behaviour this changes, and why:
   OpenAI clients retry instead of surfacing a 500;
 * one deadline (`request_timeout_s`) covers the whole request, queueing and streaming included;
   stock only bounds the time to the first chunk (and answers 408). An expired stream ends with
-  an SSE error event; closing it cancels the replica call, which aborts the engine request.
+  an SSE error event; closing it cancels the replica call, which aborts the engine request;
+* request limits (`n`, messages, prompts: 400) and backpressure in sequences, not requests
+  (serve_app/limits.py): a request is admitted only while the sequences in flight fit the budget.
 """
 
 from __future__ import annotations
@@ -25,7 +27,10 @@ from ray.serve.llm.ingress import OpenAiIngress
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from serve_app.auth import KeyStore
+from serve_app.auth import check_auth_at_start
+from serve_app.config import LimitsArgs
+from serve_app.errors import error_response
+from serve_app.limits import Lease, SequenceBudget, limit_violation, request_cost
 from serve_app.ray_llm import NON_STREAMING_RESPONSE_TYPES, ErrorResponse, openai_json_wrapper, peek_at_generator
 
 log = logging.getLogger("specexit.serve.ingress")
@@ -38,15 +43,6 @@ def _engine_dead(e: BaseException) -> bool:
     cause = getattr(e, "cause", None)
     return any(type(x).__name__ == "EngineDeadError" for x in (e, cause) if x is not None) or "EngineDeadError" in str(
         e
-    )
-
-
-def error_response(status: int, message: str, type_: str, retry_after: int | None = None) -> JSONResponse:
-    headers = {"Retry-After": str(retry_after)} if retry_after else None
-    return JSONResponse(
-        {"error": {"message": message, "type": type_, "param": None, "code": status}},
-        status_code=status,
-        headers=headers,
     )
 
 
@@ -83,34 +79,60 @@ class SpecExitIngress(OpenAiIngress):
         retry_after_s: int = 1,
         overload_status: int = 429,
         auth: dict | None = None,
+        limits: dict | None = None,
+        max_sequences_in_flight: int | None = None,
     ):
         super().__init__(llm_deployments, model_cards, lora_paths=lora_paths)
         self._timeout = float(request_timeout_s)
         self._retry_after = int(retry_after_s)
         self._overload_status = int(overload_status)
-        if auth and auth.get("enabled"):
-            # Fail at start-up, never serve open by accident: auth on but no key anywhere.
-            n = len(KeyStore(auth.get("api_keys_env"), auth.get("api_keys_file")).keys())
-            if n == 0:
-                raise RuntimeError(
-                    "auth is enabled but no API key was found (set the env var "
-                    f"{auth.get('api_keys_env')!r} or the file {auth.get('api_keys_file')!r})"
-                )
-            log.info("auth: %d API key(s) configured", n)
+        lim = LimitsArgs(**(limits or {}))  # max_body_bytes: the body-size middleware's (app.py)
+        self._limits = {"max_n": lim.max_n, "max_messages": lim.max_messages}
+        self._budget = SequenceBudget(max_sequences_in_flight or 10**9)
+        check_auth_at_start(auth or {})  # raises: auth on but no key / an unreadable key file
+
+    def specexit_ingress_stats(self) -> dict:
+        """Sequences in flight and refused by the budget (tests, debugging)."""
+        return {
+            "sequences_in_flight": self._budget.in_flight,
+            "sequence_capacity": self._budget.capacity,
+            "refused_over_budget": self._budget.refused,
+        }
+
+    def _overloaded(self) -> Response:
+        return error_response(
+            self._overload_status,
+            "server overloaded: the request queue is full, retry later",
+            "overloaded_error",
+            self._retry_after,
+        )
 
     async def _process_llm_request(self, body, call_method: str, raw_request: Request | None = None) -> Response:
+        bad = limit_violation(body, **self._limits)
+        if bad:
+            return error_response(400, bad, "invalid_request_error")
+        lease = self._budget.lease(request_cost(body))
+        if lease is None:
+            return self._overloaded()
+        try:
+            resp = await self._answer(body, call_method, raw_request, lease)
+        except BaseException:
+            lease.release()
+            raise
+        if isinstance(resp, StreamingResponse):
+            lease.release_with(resp.body_iterator)  # also when the stream is dropped unread (_guarded frees it)
+        else:
+            lease.release()
+        return resp
+
+    async def _answer(self, body, call_method: str, raw_request: Request | None, lease: Lease) -> Response:
         deadline = time.monotonic() + self._timeout
         try:
             async with asyncio.timeout(self._timeout):
                 gen = self._get_response(body=body, call_method=call_method, raw_request=raw_request)
                 first, gen = await peek_at_generator(gen)
         except BackPressureError:
-            return error_response(
-                self._overload_status,
-                "server overloaded: the request queue is full, retry later",
-                "overloaded_error",
-                self._retry_after,
-            )
+            return self._overloaded()
         except TimeoutError:
             return error_response(
                 503,
@@ -145,9 +167,11 @@ class SpecExitIngress(OpenAiIngress):
             return error_response(code, chunk.error.message, chunk.error.type)
         if isinstance(chunk, NON_STREAMING_RESPONSE_TYPES):
             return JSONResponse(content=chunk.model_dump())
-        return StreamingResponse(self._guarded(openai_json_wrapper(gen), deadline), media_type="text/event-stream")
+        return StreamingResponse(
+            self._guarded(openai_json_wrapper(gen), deadline, lease), media_type="text/event-stream"
+        )
 
-    async def _guarded(self, stream, deadline: float):
+    async def _guarded(self, stream, deadline: float, lease: Lease | None = None):
         """The rest of the deadline applies to the stream; failures become a final SSE error event."""
         it = stream.__aiter__()
         try:
@@ -169,3 +193,5 @@ class SpecExitIngress(OpenAiIngress):
             yield _sse_error(503, "model engine failed during the request, retry", "service_unavailable_error")
         finally:
             await stream.aclose()  # cancels the replica call -> the engine aborts the request
+            if lease is not None:
+                lease.release()

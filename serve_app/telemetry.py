@@ -1,9 +1,10 @@
 """SpecExit telemetry in the OpenAI `usage` object (`usage.specexit`).
 
 The exit is decided in the engine's worker process; the plugin appends each realised exit to
-`$SPECEXIT_TELEMETRY_DIR/exits-<pid>.jsonl` (see specexit_core/vllm_plugin/telemetry.py). The
-engine replica tails those files (`ExitEventIndex`) and joins them with the finished response by
-request id; think tokens are counted from the generated token ids, which the replica asks vLLM
+`$SPECEXIT_TELEMETRY_DIR/exits-<pid>.jsonl`, and each request whose exit logic failed in the
+worker (it ran on without an exit) to `fallbacks-<pid>.jsonl` (see
+specexit_core/vllm_plugin/telemetry.py). The engine replica tails both (`ExitEventIndex`) and joins
+them with the finished response by request id; think tokens are counted from the generated token ids, which the replica asks vLLM
 for (`return_token_ids`) and strips again unless the client asked for them.
 """
 
@@ -14,6 +15,8 @@ import re
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
+
+from specexit_core.vllm_plugin.telemetry import EXITS, FALLBACKS
 
 _CHILD = re.compile(r"^(\d+)_(.*)$")
 
@@ -32,17 +35,22 @@ def split_internal_id(internal_id: str) -> tuple[str, int]:
 
 
 class ExitEventIndex:
-    """Incremental reader of the exit-event files of one engine (one folder per replica)."""
+    """Incremental reader of the exit- and fallback-event files of one engine (one folder per replica)."""
 
     def __init__(self, directory: str | Path, max_events: int = 20000):
         self.dir = Path(directory)
         self.max_events = max_events
         self._offsets: dict[Path, int] = {}
         self._events: OrderedDict[tuple[str, int], dict] = OrderedDict()
+        self._fallbacks: OrderedDict[tuple[str, int], dict] = OrderedDict()
         self.malformed_lines = 0  # torn / foreign lines skipped (telemetry is never fatal)
 
     def _refresh(self) -> None:
-        for f in sorted(self.dir.glob("exits-*.jsonl")):
+        for kind, store in ((EXITS, self._events), (FALLBACKS, self._fallbacks)):
+            self._read_new(kind, store)
+
+    def _read_new(self, kind: str, store: OrderedDict) -> None:
+        for f in sorted(self.dir.glob(f"{kind}-*.jsonl")):
             off = self._offsets.get(f, 0)
             try:
                 with open(f, "rb") as fh:
@@ -60,20 +68,29 @@ class ExitEventIndex:
                     except (ValueError, KeyError, TypeError, AttributeError):
                         self.malformed_lines += 1  # counted, skipped: the responses go on
                         continue
-                    self._events[key] = ev  # TP ranks log the same exit
-        while len(self._events) > self.max_events:  # exits of requests nobody asked about (aborted)
-            self._events.popitem(last=False)
+                    store[key] = ev  # TP ranks log the same event
+        while len(store) > self.max_events:  # events of requests nobody asked about (aborted)
+            store.popitem(last=False)
 
     def pop(self, response_id: str, choice: int = 0) -> dict | None:
+        """The exit event of one choice (consumed), or None."""
         key = (response_id, choice)
         if key not in self._events:
             self._refresh()
         return self._events.pop(key, None)
 
+    def pop_fallback(self, response_id: str, choice: int = 0) -> str | None:
+        """Why one choice ran without SpecExit (consumed), or None. Call after `pop`, which refreshed."""
+        ev = self._fallbacks.pop((response_id, choice), None)
+        return str(ev.get("fallback") or "unknown") if ev is not None else None
 
-def choice_telemetry(token_ids: list[int], think_end_id: int | None, event: dict | None) -> dict:
+
+def choice_telemetry(
+    token_ids: list[int], think_end_id: int | None, event: dict | None, fallback: str | None = None
+) -> dict:
     """One choice's fields. think_tokens: generated tokens before the first `</think>` (all of them
-    when it never came); with an exit, the tokens up to and including the split token."""
+    when it never came); with an exit, the tokens up to and including the split token. fallback: why
+    the worker ran this choice without SpecExit (its settings or the hook failed), else None."""
     ids = list(token_ids or [])
     think = ids.index(think_end_id) if think_end_id is not None and think_end_id in ids else len(ids)
     smoothed = (event or {}).get("smoothed") or None
@@ -85,11 +102,13 @@ def choice_telemetry(token_ids: list[int], think_end_id: int | None, event: dict
         "exit_reason": event["reason"] if event else None,
         "saved_tokens_estimate": int(round(remaining)) if remaining is not None else None,
         "signals": smoothed,
+        "fallback": fallback,
     }
 
 
 def usage_block(enabled: bool, choices: list[dict]) -> dict:
-    """`usage.specexit`: sums over the choices (n = 1: exactly that choice), plus `choices` when n > 1."""
+    """`usage.specexit`: sums over the choices (n = 1: exactly that choice), plus `choices` when n > 1.
+    `fallback` at the top: the first choice's reason that fell back, if any did."""
     out: dict[str, Any] = {
         "enabled": enabled,
         "think_tokens": sum(c["think_tokens"] for c in choices),
@@ -102,6 +121,7 @@ def usage_block(enabled: bool, choices: list[dict]) -> dict:
             else None
         ),
         "signals": choices[0]["signals"] if len(choices) == 1 else None,
+        "fallback": next((c["fallback"] for c in choices if c.get("fallback")), None),
     }
     if len(choices) > 1:
         out["choices"] = choices
