@@ -20,6 +20,7 @@ from pathlib import Path
 
 from pipelines.stages import load_stage_config
 from specexit_app.demo_config import DemoConfig
+from specexit_app.provenance import provenance
 from specexit_core.typed_config import load_config, read_yaml
 
 log = logging.getLogger("specexit.demo")
@@ -176,11 +177,15 @@ def run_demo(cfg: DemoConfig, *, fresh: bool = False) -> dict:
             t: {m: {k: v.get(k) for k in SUMMARY_FIELDS} for m, v in d["methods"].items()}
             for t, d in evaluation["by_temperature"].items()
         },
+        "budget_best": {
+            t: d["methods"].get("budget", {}).get("setting") for t, d in evaluation["by_temperature"].items()
+        },
         "targets": evaluation["targets"],
         "report": evaluation["report"],
         "stages": done,
         "seconds": round(time.time() - t0, 1),
         "workdir": str(wd),
+        **provenance(),  # command, commit, machine, date: what docs/results/ keeps with each figure
     }
     (wd / "demo.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary

@@ -1,0 +1,58 @@
+"""Where a result came from: the command, the commit, the machine, the date.
+
+Every figure README quotes has its raw JSON under `docs/results/` with these four fields, so a
+reader can tell which code on which machine produced it (`tests/unit/test_readme_results.py`
+checks README's tables against those files).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+CHECKOUT = Path(__file__).resolve().parents[1]
+
+
+def _commit() -> str | None:
+    """HEAD of the checkout, "+dirty" when tracked files differ from it; None outside git."""
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short=12", "HEAD"], cwd=CHECKOUT, capture_output=True, text=True, timeout=10
+        )
+        if head.returncode != 0:
+            return None
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=CHECKOUT,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def machine() -> str:
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    return (
+        f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPU cores"
+        + (f", load average {load:.1f} at the end" if load is not None else "")
+        + f", Python {platform.python_version()}"
+    )
+
+
+def provenance(command: str | None = None) -> dict:
+    """{"command", "commit", "machine", "date"} of the current run (command: this process's argv)."""
+    if command is None:
+        command = " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])
+    return {
+        "command": command,
+        "commit": _commit(),
+        "machine": machine(),
+        "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%MZ"),
+    }
