@@ -8,7 +8,7 @@ that name the key; relative paths follow its one path rule).
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
@@ -75,12 +75,38 @@ class SamplingConfig(StrictModel):
 class StageBase(StrictModel):
     """What the traces and labels jobs share: an output folder of resumable Parquet parts."""
 
+    # Keys that change how the job runs, not the rows it writes: a resume may change them
+    # (pipelines/common/run_identity.py). The stages add their own.
+    RUN_ONLY_KEYS: ClassVar[frozenset[str]] = frozenset(
+        {
+            "output",
+            "limit",
+            "chunk_rows",
+            "ray",
+            "retry_errors",
+            "max_error_rate",
+            "engine.model",  # fingerprinted by content instead
+            "engine.accelerator",
+            "engine.concurrency",
+            "engine.batch_size",
+            "engine.max_num_seqs",
+            "engine.gpu_memory_utilization",
+            "engine.cpu_kv_cache_gib",
+        }
+    )
+
     output: str
     limit: int | None = Field(None, ge=1)  # first N input rows
     chunk_rows: int = Field(64, ge=1)  # rows per output part: the unit of atomic writes and resume
     ray: RayConfig = Field(default_factory=RayConfig)
     think_start: str = "<think>"
     think_end: str = "</think>"
+    # Resume: redo the ids whose row is an error row (the new row replaces it), not only the
+    # missing ones. For errors whose cause was fixed (a longer context, a restored input file).
+    retry_errors: bool = False
+    # Fail the job (exit 1, after writing every row) when error rows exceed this share of the input
+    # rows. None: never fail for error rows.
+    max_error_rate: float | None = Field(None, ge=0, le=1)
 
     def resolve_paths(self):
         self.output = resolve_path(self.output)

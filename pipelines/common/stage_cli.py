@@ -2,7 +2,9 @@
 
 Each stage's `__main__` calls `main(stage, its config model, run)`; `run(cfg)` returns the summary dict that is printed
 as the last stdout line (`SPECEXIT_SUMMARY {...json...}`), so scripts and tests can parse it from
-`ray job logs`. Exit code: 0 when every input row is accounted for, 1 otherwise, 2 on a bad config.
+`ray job logs`. Exit code: 0 when every input row is accounted for, 1 otherwise or when the error
+rows exceed `max_error_rate` (summary key `failed`), 2 on a bad config or a refused resume (the
+output holds another run's rows: pipelines/common/run_identity.py).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from pipelines.common.prompt_source import InputConfig, input_overrides
+from pipelines.common.run_identity import RunIdentityMismatch
 from specexit_core.typed_config import ConfigError, StrictModel, load_config
 
 SUMMARY_PREFIX = "SPECEXIT_SUMMARY "
@@ -83,6 +86,13 @@ def main(stage: str, model: type[M], run: Callable[[M], dict], argv: list[str] |
     except (ConfigError, OSError) as e:
         print(str(e), file=sys.stderr)
         return 2
-    summary = run(cfg)
+    try:
+        summary = run(cfg)
+    except RunIdentityMismatch as e:  # before any work: nothing was written
+        print(str(e), file=sys.stderr)
+        return 2
     print_summary(summary)
+    if summary.get("failed"):
+        print(f"{stage}: {summary['failed']}", file=sys.stderr)
+        return 1
     return 0 if summary.get("complete", False) else 1

@@ -6,6 +6,7 @@ summary per part, which drives the progress log and the final tally.
 
 from __future__ import annotations
 
+import glob
 import logging
 import os
 import signal
@@ -24,9 +25,22 @@ log = logging.getLogger("specexit.pipelines")
 # consumes results later than they are written; so it needs writers and driver on one machine.
 # Used by the resume tests; never set in production.
 KILL_AFTER_PARTS_ENV = "SPECEXIT_TEST_KILL_AFTER_PARTS"
+# Test hook: the first N writers of this run die (os._exit, what an OOM kill or a lost node does to
+# a worker) right *after* committing their part, once each (a `.test-died-<part>` marker remembers
+# it). Ray retries the task, which writes the same rows again: the retry test checks that the
+# output still holds each id once. Never set in production.
+DIE_AFTER_COMMIT_ENV = "SPECEXIT_TEST_DIE_AFTER_COMMIT"
+DIED_MARKER = ".test-died-"
 
 
-def write_batch(batch: pa.Table, *, folder: str, schema_name: str, kill: tuple[int, int, int] | None = None) -> dict:
+def write_batch(
+    batch: pa.Table,
+    *,
+    folder: str,
+    schema_name: str,
+    kill: tuple[int, int, int] | None = None,
+    die_after_commit: int = 0,
+) -> dict:
     schema = SCHEMAS[schema_name]
     cols = {}
     for f in schema:
@@ -34,6 +48,8 @@ def write_batch(batch: pa.Table, *, folder: str, schema_name: str, kill: tuple[i
         cols[f.name] = col.cast(f.type)
     table = pa.table(cols, schema=schema)
     name = write_part(folder, table, before_commit=None if kill is None else lambda: _maybe_die(folder, *kill))
+    if die_after_commit:
+        _maybe_die_after_commit(folder, name, die_after_commit)
     status = table.column("status").to_pylist()
     n_ok = status.count("ok")
     return {
@@ -61,14 +77,23 @@ def _maybe_die(folder: str, driver_pid: int, parts_before: int, after: int) -> N
         os._exit(1)
 
 
+def _maybe_die_after_commit(folder: str, name: str, first_n: int) -> None:
+    marker = os.path.join(folder, DIED_MARKER + name)
+    if os.path.exists(marker) or len(glob.glob(os.path.join(folder, DIED_MARKER + "*"))) >= first_n:
+        return
+    open(marker, "w").close()
+    os._exit(1)
+
+
 def write_parts(ds, *, folder: str, schema_name: str, chunk_rows: int, total: int, stage: str) -> dict:
     """Run the pipeline to the end; returns rows/ok/errors written in this run and the engine-busy
     window (t0, t1: wall clock of the first request and the last answer)."""
     kill_after = int(os.environ.get(KILL_AFTER_PARTS_ENV, "0") or 0)
     kill = (os.getpid(), len(part_files(folder)), kill_after) if kill_after else None
+    die_after_commit = int(os.environ.get(DIE_AFTER_COMMIT_ENV, "0") or 0)
     out = ds.map_batches(
         write_batch,
-        fn_kwargs={"folder": folder, "schema_name": schema_name, "kill": kill},
+        fn_kwargs={"folder": folder, "schema_name": schema_name, "kill": kill, "die_after_commit": die_after_commit},
         batch_size=chunk_rows,
         batch_format="pyarrow",
         num_cpus=0.25,

@@ -5,6 +5,9 @@ ray.data.llm streams one request per row in completion order. So each Ray Data b
 traces; the actor sends all their probes to vLLM in one `generate` call. Probes of one trace share
 the prompt + trace prefix, so with prefix caching the engine computes that prefix once, and the
 batch keeps the engine busy with many traces' probes at a time.
+
+A probe that fails on its own is an error row for its trace; an engine that died fails the task
+instead (the actor exits, Ray restarts it and retries the batch: pipelines/common/error_rows.py).
 """
 
 from __future__ import annotations
@@ -14,14 +17,23 @@ import time
 
 import pyarrow as pa
 
+from pipelines.common.error_rows import engine_dead, exit_for_restart
 from pipelines.common.graders import grade, reference_answer
 from pipelines.common.schemas import LABELS, empty_row
 from pipelines.common.tokens import think_opened
 from specexit_core.labels import find_think_span, label_trace, probe_prompts, step_boundaries
 
+# Test hook: SPECEXIT_TEST_KILL_ENGINE_AFTER_BATCHES=N kills the engine once, after N batches.
+KILL_ENGINE_ENV = "SPECEXIT_TEST_KILL_ENGINE_AFTER_BATCHES"
+KILLED_MARKER = ".test-engine-killed"
+
 
 class ProbeLabeler:
     """Ray Data callable class: `map_batches(ProbeLabeler, fn_constructor_kwargs=...)`."""
+
+    llm = None  # the vLLM engine (set in __init__)
+    test_kill_engine: tuple[int, str] | None = None
+    batches = 0  # batches this actor has started
 
     def __init__(
         self,
@@ -39,6 +51,7 @@ class ProbeLabeler:
         shift: str,
         initial: float,
         gpu: bool,
+        test_kill_engine: tuple[int, str] | None = None,
     ):
         os.environ.update(env)  # before vLLM is imported in this process
         from vllm import LLM, SamplingParams
@@ -57,6 +70,7 @@ class ProbeLabeler:
         self.params = SamplingParams(temperature=0.0, max_tokens=probe_max_tokens)
         self.grader, self.shift, self.initial = grader, shift, initial
         self.probe_max_tokens = probe_max_tokens
+        self.test_kill_engine, self.batches = test_kill_engine, 0
         print(
             f"[labels] engine ready: split ids {self.ids.split}, close ids {self.close_ids}, "
             f"max_model_len {self.max_len}",
@@ -111,6 +125,23 @@ class ProbeLabeler:
             **d,
         )
 
+    def _maybe_kill_engine(self) -> None:
+        """Test hook (KILL_ENGINE_ENV): after N batches, SIGKILL this actor's engine core processes
+        once per job (a marker file remembers it), as a crashed engine would die."""
+        if self.test_kill_engine is None:
+            return
+        after, marker = self.test_kill_engine
+        if self.batches < after or os.path.exists(marker):
+            return
+        import signal
+
+        import psutil
+
+        open(marker, "w").close()
+        for child in psutil.Process().children(recursive=True):
+            child.send_signal(signal.SIGKILL)
+        print(f"[labels] test hook: killed the engine core after {self.batches} batches", flush=True)
+
     def _generate(self, prompts: list[list[int]]) -> list[str]:
         outs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], self.params, use_tqdm=False)
         return [o.outputs[0].text for o in outs]
@@ -118,6 +149,8 @@ class ProbeLabeler:
     def __call__(self, batch: pa.Table) -> pa.Table:
         rows = batch.to_pylist()
         t0 = time.time()
+        self._maybe_kill_engine()
+        self.batches += 1
         plans = [self._plan(r) for r in rows]
         flat, owner = [], []
         for i, p in enumerate(plans):
@@ -127,6 +160,8 @@ class ProbeLabeler:
         try:
             texts = self._generate(flat) if flat else []
         except Exception as e:  # isolate the trace that broke the batch, keep the others
+            if engine_dead(e, self.llm):  # not the traces' fault: a fresh actor retries the batch
+                exit_for_restart("labels", e)
             print(f"[labels] batch generate failed ({e}); probing trace by trace", flush=True)
             texts, flat_ok = [], []
             for i, p in enumerate(plans):
@@ -135,6 +170,8 @@ class ProbeLabeler:
                 try:
                     texts.extend(self._generate(p[0]) if p[0] else [])
                 except Exception as e1:
+                    if engine_dead(e1, self.llm):
+                        exit_for_restart("labels", e1)
                     plans[i] = f"probe generation failed: {type(e1).__name__}: {e1}"
                     continue
                 flat_ok.extend([i] * len(p[0]))

@@ -11,8 +11,17 @@ from __future__ import annotations
 import logging
 import time
 
-from pipelines.common.parts import clean_tmp, done_ids, tally, write_part
+from pipelines.common.error_rows import error_rate_failure
+from pipelines.common.parts import clean_tmp, done_ids, part_files, read_all, repair_duplicates, tally, write_part
 from pipelines.common.prompt_source import read_prompts
+from pipelines.common.run_identity import (
+    changed_rows,
+    check_identity,
+    config_identity,
+    model_fingerprint,
+    refuse_changed_rows,
+    write_identity,
+)
 from pipelines.common.runtime import engine_env, engine_placement, init_ray, stable_seed, use_gpu
 from pipelines.common.schemas import TRACES, empty_row, to_table
 from pipelines.common.tokens import load_tokenizer, think_opened, token_ids
@@ -100,8 +109,36 @@ def finalize(row: dict, *, ids: dict, think_start_text: str, think_end_text: str
     )
 
 
+def identity(cfg: TracesConfig) -> dict:
+    """What the rows depend on (pipelines/common/run_identity.py); the input rows are checked id by
+    id (`check_input_rows`), so `input.path` and the toy `input.n` may change between runs."""
+    return {
+        "stage": "traces",
+        "config": config_identity(cfg, cfg.RUN_ONLY_KEYS | {"input.path", "input.n"}),
+        "models": {"engine.model": model_fingerprint(cfg.engine.model)},
+    }
+
+
+def check_input_rows(cfg: TracesConfig, rows: list[dict]) -> None:
+    """Every id already written must still have the prompt and gold it was written from."""
+    if not part_files(cfg.output):
+        return
+    t = read_all(cfg.output, ["id", "prompt", "gold"])
+    written = {i: (p, g) for i, p, g in zip(*(t.column(c).to_pylist() for c in ("id", "prompt", "gold")))}
+    changed = changed_rows(written, {r["id"]: (r["prompt"], r["gold"]) for r in rows})
+    refuse_changed_rows(
+        "traces",
+        cfg.output,
+        changed,
+        "Ids without an id column are positions (row-<index>): inserting or removing input lines shifts "
+        "them. Give the input an id column (input.id_column) or use a new output folder.",
+    )
+
+
 def run(cfg: TracesConfig) -> dict:
     t0 = time.time()
+    ident = identity(cfg)
+    check_identity(cfg.output, ident, resuming=bool(part_files(cfg.output)), what="traces")
     init_ray(cfg.ray)
     import ray
 
@@ -117,15 +154,21 @@ def run(cfg: TracesConfig) -> dict:
     rows = read_prompts(cfg.input, cfg.limit)
     expected = [r["id"] for r in rows]
     stale = clean_tmp(cfg.output)
-    already = done_ids(cfg.output)
+    repaired = repair_duplicates(cfg.output)
+    check_input_rows(cfg, rows)
+    write_identity(cfg.output, ident)
+    already = done_ids(cfg.output, retry_errors=cfg.retry_errors)
     todo = [r for r in rows if r["id"] not in already]
     log.info(
-        "traces: %d input rows, %d already in %s, %d to do (%d stale temp files removed); engine on %s",
+        "traces: %d input rows, %d already in %s, %d to do (%d stale temp files, %d duplicate rows removed%s); "
+        "engine on %s",
         len(rows),
         len(rows) - len(todo),
         cfg.output,
         len(todo),
         stale,
+        repaired,
+        ", retrying error rows" if cfg.retry_errors else "",
         "GPU" if gpu else "CPU",
     )
 
@@ -157,6 +200,7 @@ def run(cfg: TracesConfig) -> dict:
         )
         written["rows"] += res["rows"]
         written["timing"] = res
+    repaired += repair_duplicates(cfg.output)
     summary = tally(cfg.output, expected)
     secs = time.time() - t0
     summary.update(
@@ -164,8 +208,12 @@ def run(cfg: TracesConfig) -> dict:
         output=cfg.output,
         skipped_already_done=len(rows) - len(todo),
         processed_this_run=written["rows"],
+        duplicates_removed=repaired,
         seconds=round(secs, 1),
         rows_per_s=round(written["rows"] / secs, 3) if secs > 0 else None,
     )
     summary["engine_rows_per_s"], summary["engine_busy_s"] = engine_rate(written.get("timing"))
+    failed = error_rate_failure(summary, cfg.max_error_rate)
+    if failed:
+        summary["failed"] = failed
     return summary

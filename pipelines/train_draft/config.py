@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -11,6 +11,33 @@ from specexit_core.typed_config import StrictModel, resolve_model, resolve_path
 
 
 class TrainDraftConfig(StrictModel):
+    # Keys a rerun of the same run may change (pipelines/common/run_identity.py): where things are,
+    # how long and on what it trains, how often it logs and checkpoints. The target and init draft
+    # are fingerprinted by content, the labels by their part files.
+    RUN_ONLY_KEYS: ClassVar[frozenset[str]] = frozenset(
+        {
+            "input",
+            "output",
+            "limit",
+            "target",
+            "init_draft",
+            "run_name",
+            "storage_path",
+            "steps",
+            "num_workers",
+            "use_gpu",
+            "threads_per_worker",
+            "cache_data",
+            "bf16_autocast",
+            "recompute",
+            "log_every",
+            "checkpoint_every",
+            "num_to_keep",
+            "max_failures",
+            "ray",
+        }
+    )
+
     input: str  # labels output folder
     output: str  # exported SpecExit draft folder
     limit: int | None = Field(None, ge=1)

@@ -3,26 +3,31 @@
 labels Parquet (Ray Data) -> draft vocab from token counts -> `TorchTrainer` (N DDP workers, the
 loop in train_loop.py) with `CheckpointConfig` + `FailureConfig` under
 <storage_path>/<run_name> -> export the latest checkpoint's draft folder to `output` (the
-vLLM Eagle3 layout written by `specexit_core.draft.checkpoint.save_draft`).
+vLLM Eagle3 layout written by `specexit_core.draft.checkpoint.save_draft`; staged in a sibling
+folder and swapped in, export.py).
 
 Rerunning with the same run name resumes from the latest checkpoint (Ray Train restores the run's
-checkpoint state from storage); raise `steps` to train further.
+checkpoint state from storage); raise `steps` to train further. `<run>/run.json` records what the
+checkpoints came from (config, target / init draft fingerprints, the labels' parts); a rerun with
+anything else is refused (pipelines/common/run_identity.py).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
-import shutil
 import time
 from pathlib import Path
 
 import numpy as np
 
 from pipelines.common.parts import keep_ids, part_files, read_column
+from pipelines.common.run_identity import check_identity, config_identity, model_fingerprint, write_identity
 from pipelines.common.runtime import init_ray, use_gpu
 from pipelines.common.tokens import load_tokenizer, token_ids
 from pipelines.train_draft.config import TrainDraftConfig
+from pipelines.train_draft.export import export_draft
 from pipelines.train_draft.loop import DRAFT_SUBDIR, train_loop
 from pipelines.train_draft.vocab_counts import count_tokens
 from specexit_core.draft.vocab import draft_vocab_from_counts
@@ -77,8 +82,35 @@ def prepare_init_draft(cfg: TrainDraftConfig, run_dir: Path, must_keep: list[int
     return str(init), d2t, t2d
 
 
+def input_fingerprint(files: list[Path], limit: int | None) -> dict:
+    """The labels a run trains on: its part files (named by their ids, sized by their content)."""
+    h = hashlib.sha256("".join(f"{f.name}\0{f.stat().st_size}\n" for f in files).encode())
+    return {"parts": len(files), "sha256": h.hexdigest()[:16], "limit": limit}
+
+
+def identity(cfg: TrainDraftConfig, files: list[Path]) -> dict:
+    """What the checkpoints of `<storage_path>/<run_name>` depend on (pipelines/common/run_identity.py)."""
+    return {
+        "stage": "train_draft",
+        "config": config_identity(cfg, cfg.RUN_ONLY_KEYS),
+        "models": {"target": model_fingerprint(cfg.target), "init_draft": model_fingerprint(cfg.init_draft)},
+        "input": input_fingerprint(files, cfg.limit),
+    }
+
+
+def has_checkpoint(run_dir: Path) -> bool:
+    return (run_dir / "checkpoint_manager_snapshot.json").exists() or any(run_dir.glob("checkpoint_*"))
+
+
 def run(cfg: TrainDraftConfig) -> dict:
     t0 = time.time()
+    run_dir = Path(cfg.storage_path) / cfg.run_name
+    if not part_files(cfg.input):
+        raise SystemExit(f"train_draft: no labels (part-*.parquet) in {cfg.input}")
+    ident = identity(cfg, part_files(cfg.input))
+    # Resuming a run restores its checkpoints: they must come from the same config, models and labels.
+    check_identity(run_dir, ident, resuming=has_checkpoint(run_dir), what="train_draft")
+    write_identity(run_dir, ident)
     init_ray(cfg.ray)
     import ray
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
@@ -86,8 +118,6 @@ def run(cfg: TrainDraftConfig) -> dict:
     from transformers import AutoConfig
 
     files = part_files(cfg.input)
-    if not files:
-        raise SystemExit(f"train_draft: no labels (part-*.parquet) in {cfg.input}")
     ids = read_column(cfg.input, "id")[: cfg.limit]
     status = dict(zip(read_column(cfg.input, "id"), read_column(cfg.input, "status")))
     train_ids = [i for i in ids if status[i] == "ok"]
@@ -110,7 +140,6 @@ def run(cfg: TrainDraftConfig) -> dict:
         num_cpus=0.25,
     ).iter_rows():
         counts += np.asarray(r["counts"], dtype=np.int64)
-    run_dir = Path(cfg.storage_path) / cfg.run_name
     init_dir = None
     if cfg.init_draft:
         init_dir, d2t, t2d = prepare_init_draft(cfg, run_dir, [tids.think_end, *tids.split, *tids.eos])
@@ -158,10 +187,6 @@ def run(cfg: TrainDraftConfig) -> dict:
     if result.checkpoint is None:
         raise RuntimeError(f"train_draft: run {cfg.run_name} produced no checkpoint")
     out = Path(cfg.output)
-    with result.checkpoint.as_directory() as d:
-        if out.exists():
-            shutil.rmtree(out)
-        shutil.copytree(Path(d) / DRAFT_SUBDIR, out)
     metrics = {k: v for k, v in (result.metrics or {}).items() if isinstance(v, (int, float))}
     starts = [e for e in read_events(cfg) if e["event"] == "start"]
     meta = {
@@ -170,8 +195,10 @@ def run(cfg: TrainDraftConfig) -> dict:
         "checkpoint": result.checkpoint.path,
         "draft_vocab_coverage": covered,
         "labeled_rows": len(train_ids),
+        "run_identity": ident,
     }
-    (out / "specexit_train.json").write_text(json.dumps(meta, indent=2) + "\n")
+    with result.checkpoint.as_directory() as d:
+        export_draft(Path(d) / DRAFT_SUBDIR, out, meta)
     secs = time.time() - t0
     return {
         "stage": "train_draft",

@@ -103,6 +103,13 @@ def _save(inner: SpecExitObjective, opt, step: int, cfg: TrainDraftConfig, metri
     return d, Checkpoint.from_directory(d)
 
 
+def load_state(path: str, device) -> dict:
+    """A checkpoint's training state (model and optimizer state dicts, step). `weights_only=True`:
+    tensors and plain containers only, so a checkpoint folder someone else could write cannot run
+    code when it is loaded (torch's full unpickler would)."""
+    return torch.load(path, map_location=device, weights_only=True)
+
+
 def train_loop(config: dict) -> None:
     import ray.train
     import ray.train.torch
@@ -152,7 +159,7 @@ def train_loop(config: dict) -> None:
     ckpt = ray.train.get_checkpoint()
     if ckpt is not None:
         with ckpt.as_directory() as d:
-            state = torch.load(os.path.join(d, STATE), map_location=device, weights_only=False)
+            state = load_state(os.path.join(d, STATE), device)
         objective.load_state_dict(state["objective"])
         opt.load_state_dict(state["optimizer"])
         step = int(state["step"])
