@@ -1,0 +1,97 @@
+"""EvalWorker over a fake engine: the timed problems run every method one request at a time in a
+shuffled order, the others get the single-request methods from one batched generate per method."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipelines.evaluate.config import EvalConfig
+from pipelines.evaluate.methods import Ids, Out
+from pipelines.evaluate.worker import EvalWorker
+from specexit_core.toy.paths import TEACHER_DIR
+
+
+class FakeGen:
+    """Answers every request with `4 </think> The answer is 7 .` (one-token toy words)."""
+
+    def __init__(self, tok, speculative: bool):
+        self.tok, self.speculative, self.requests, self.calls = tok, speculative, 0, []
+        self.reply = tok.encode("4\n\n</think>\n\nThe answer is 7 .", add_special_tokens=False)
+
+    def spec_counters(self):
+        return None
+
+    def params(self, **kw):
+        return kw
+
+    def many(self, prompts, sp):
+        self.requests += len(prompts)
+        self.calls.append((len(prompts), sp if isinstance(sp, dict) else sp[0]))
+        return [Out(list(self.reply), "", [], "stop", None) for _ in prompts]
+
+    def one(self, prompt, **kw):
+        return self.many([prompt], self.params(**kw))[0]
+
+
+def _worker(tmp_path, methods):
+    from transformers import AutoTokenizer
+
+    from pipelines.common.tokens import token_ids
+
+    cfg = EvalConfig(
+        output=str(tmp_path / "out"),
+        engine={"model": str(TEACHER_DIR)},
+        draft="unused",
+        methods=methods,
+        temperatures=[0.0, 0.6],
+        budget_sweep=[8, 16],
+        signals=False,
+    )
+    w = object.__new__(EvalWorker)
+    tok = AutoTokenizer.from_pretrained(str(TEACHER_DIR))
+    t = token_ids(tok, think_start="<think>", think_end="</think>", split_tokens=None, model_dir=str(TEACHER_DIR))
+    enc = lambda s: tok.encode(s, add_special_tokens=False)  # noqa: E731
+    w.cfg, w.methods, w.tok = cfg, cfg.run_methods(), tok
+    w.spec, w.plain = FakeGen(tok, True), FakeGen(tok, False)
+    w.ids = Ids(t.think_start, t.think_end, t.split, t.eos, enc("</think>\n\n"), [], [], [], [])
+    w.max_len, w.exit, w.sig = 512, {"method": "confidence", "confidence_threshold": 0.5}, None
+    return w
+
+
+def test_timed_problem_per_request_others_batched(tmp_path):
+    methods = ["plain", "eagle3", "specexit", "specexit_paper", "budget", "nothink", "oracle"]
+    w = _worker(tmp_path, methods)
+    batch = pa.Table.from_pylist(
+        [
+            {"id": f"p{i}", "prompt": "Compute from left to right : 3 + 4", "gold": "7", "timed": i == 0}
+            for i in range(3)
+        ]
+    )
+    w(batch)
+    rows = [r for f in (tmp_path / "out").glob("part-*.parquet") for r in pq.read_table(f).to_pylist()]
+    assert len(rows) == 3 * 2 * 8 and all(r["status"] == "ok" and r["correct"] for r in rows)
+    for r in rows:
+        info = json.loads(r["info"])
+        if r["problem_id"] == "p0":
+            assert r["latency_s"] is not None and "timed" not in info
+        else:
+            assert info["timed"] is False
+            assert (r["latency_s"] is None) == (r["method"] != "oracle")  # oracle: probed per problem
+    # per temperature: one batched generate of both untimed problems per single-request job
+    batched = [sp for n, sp in w.spec.calls + w.plain.calls if n == 2]
+    assert len(batched) == 2 * 7  # eagle3, specexit, specexit_paper, budget x2, nothink, plain
+    paper = [sp for n, sp in w.spec.calls if sp.get("extra", {}) and sp["extra"].get("progress_threshold") == 0.3]
+    assert paper and paper[0]["extra"]["confidence_threshold"] == 0.8 and paper[0]["extra"]["alpha"] == 0.1
+
+
+def test_order_differs_between_problems(tmp_path):
+    w = _worker(tmp_path, ["eagle3", "specexit", "specexit_paper", "nothink", "oracle"])
+    firsts = set()
+    for i in range(12):
+        w.spec.calls.clear()
+        w._methods(f"p{i}", {"prompt": "Compute from left to right : 3 + 4"}, w._prompt("3 + 4"), "7", 0.0)
+        firsts.add(json.dumps(w.spec.calls[0][1].get("extra"), sort_keys=True))
+    assert len(firsts) >= 3  # not always the same method first
