@@ -33,7 +33,7 @@ def penalise(logits: torch.Tensor, present: torch.Tensor, theta: float) -> torch
 def window_presence(tokens: list[int], vocab: int, window: int) -> torch.Tensor:
     """[V] bool: tokens among the last `window` of `tokens`."""
     present = torch.zeros(vocab, dtype=torch.bool)
-    if window > 0 and tokens:
+    if window > 0 and tokens:  # (window_presence(seq, V, 0) is the empty window)
         present[torch.tensor(tokens[-window:], dtype=torch.long)] = True
     return present
 
@@ -42,13 +42,16 @@ def tree_presence(seq: list[int], paths: list[list[int]], vocab: int, window: in
     """[N, V] bool: the window of each tree node, whose context is `seq + paths[n]` (paths[n] = the node's
     ancestors' tokens and its own, root excluded: the node row predicts the token after them)."""
     by_depth: dict[int, torch.Tensor] = {}
-    out = torch.zeros(len(paths), vocab, dtype=torch.bool)
-    for n, path in enumerate(paths):
+    for path in paths:  # the part of the window still inside seq shrinks as the node gets deeper
         d = len(path)
-        if d not in by_depth:  # the part of the window still inside seq shrinks as the node gets deeper
-            keep = max(window - d, 0)
-            by_depth[d] = window_presence(seq, vocab, keep) if keep else torch.zeros(vocab, dtype=torch.bool)
-        out[n] = by_depth[d]
-        if path and window > 0:
-            out[n, torch.tensor(path[-window:], dtype=torch.long)] = True
+        if d not in by_depth:
+            by_depth[d] = window_presence(seq, vocab, max(window - d, 0))
+    out = torch.stack([by_depth[len(path)] for path in paths])
+    rows, cols = [], []
+    for n, path in enumerate(paths):
+        tail = path[-window:] if window > 0 else []
+        rows.extend([n] * len(tail))
+        cols.extend(tail)
+    if rows:
+        out[torch.tensor(rows), torch.tensor(cols)] = True
     return out

@@ -9,6 +9,7 @@ from specexit_core.longgen.heads import heads_for
 from specexit_core.longgen.partial_kv import PartialKVConfig
 from specexit_core.longgen.penalty import PenaltyConfig
 from specexit_core.longgen.plain import plain_decode
+from specexit_core.longgen.tree import TreeConfig
 from support.tiny_lm import tiny_lm
 
 
@@ -83,3 +84,39 @@ def test_sampling_runs_to_length_and_is_reproducible(toy):
     b = eng.generate(prompt, 48, temperature=0.8, seed=7, penalty=pen)
     assert a.token_ids == b.token_ids and len(a.token_ids) == 48
     assert a.stats.tokens_per_forward >= 1.0
+
+
+def test_sampled_rounds_verify_against_the_penalised_target(monkeypatch):
+    """Sampled losslessness of the whole loop = (verification is lossless, test_longgen_verify) + (every tree
+    row the engine hands it is the plain decoder's penalised, tempered target distribution after that node)."""
+    import specexit_core.longgen.engine as engine_mod
+    from specexit_core.longgen.plain import next_token_logits
+
+    model = tiny_lm("qwen3", vocab=48, seed=5)
+    cfg = LongGenConfig(
+        tree=TreeConfig(widths=[1, 2, 2], ngram_top_k=2), partial_kv=PartialKVConfig(budget=16, sinks=2, room=4)
+    )
+    eng = LongGenEngine(model, None, cfg)
+    eng.heads = _random_heads(eng.target, seed=2)
+    rounds = []
+    real = engine_mod.verify_tree_sampled
+
+    def record(tree, probs, gen):
+        out = real(tree, probs, gen)
+        rounds.append((tree, probs.clone(), out))
+        return out
+
+    monkeypatch.setattr(engine_mod, "verify_tree_sampled", record)
+    prompt, temp, pen = [3, 8, 20, 8, 3, 11], 0.7, PenaltyConfig(theta=1.4, window=6)
+    res = eng.generate(prompt, 24, temperature=temp, seed=1, penalty=pen)
+    seq = prompt + res.token_ids[:1]
+    for tree, probs, (path, nxt) in rounds[:3]:
+        assert tree.tokens[0] == seq[-1]
+        for n in range(len(tree)):
+            ctx = seq + tree.path_tokens(n)
+            with torch.inference_mode():
+                logits = model(input_ids=torch.tensor([ctx])).logits[0, -1].float()
+            want = torch.softmax(next_token_logits(logits, ctx, pen) / temp, -1)
+            torch.testing.assert_close(probs[n], want, atol=1e-5, rtol=1e-4)
+        seq = seq + [tree.tokens[i] for i in path] + [nxt]
+    assert seq[len(prompt) :] == res.token_ids[: len(seq) - len(prompt)]
