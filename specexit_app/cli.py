@@ -64,9 +64,22 @@ def cmd_toy_train_draft(args: argparse.Namespace) -> int:
 
 
 def cmd_draft_convert(args: argparse.Namespace) -> int:
-    from specexit_core.draft.checkpoint import convert
+    from specexit_core.draft.for_target import convert_for_target
 
-    out = convert(args.src, args.dst, add_signals=args.add_signals)
+    try:
+        out = convert_for_target(
+            args.src,
+            args.dst,
+            add_signals=args.add_signals,
+            target=args.target,
+            token_ids=json.loads(args.token_ids) if args.token_ids else None,
+            think_start=args.think_start,
+            think_end=args.think_end,
+            split_tokens=args.split_token,
+        )
+    except (ValueError, FileNotFoundError) as e:  # CheckpointMismatch is a ValueError
+        print(f"specexit draft convert: {e}", file=sys.stderr)
+        return 2
     print(f"wrote {out}")
     return 0
 
@@ -166,6 +179,13 @@ def build_parser() -> argparse.ArgumentParser:
     g = c.add_mutually_exclusive_group(required=True)
     g.add_argument("--add-signals", action="store_true", dest="add_signals")
     g.add_argument("--strip-signals", action="store_false", dest="add_signals")
+    c.add_argument("--target", help="target model folder: its layer count (a head naming no aux layers) and tokenizer")
+    c.add_argument("--token-ids", help='JSON {"think_start": ID, "think_end": ID, "split": [IDS]} instead of --target')
+    c.add_argument("--think-start", default="<think>", help="think-start text in the target tokenizer")
+    c.add_argument("--think-end", default="</think>", help="think-end text in the target tokenizer")
+    c.add_argument(
+        "--split-token", action="append", help="paragraph-break text (repeat; default: all blank-line tokens)"
+    )
     c.set_defaults(func=cmd_draft_convert)
 
     be = sub.add_parser("bench", help="benchmarks (methods side by side, one run)").add_subparsers(

@@ -16,10 +16,11 @@ import shutil
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
 from specexit_core.draft.config import DraftConfig
-from specexit_core.draft.model import SpecExitDraft
+from specexit_core.draft.model import SpecExitDraft, expected_shapes
+from specexit_core.draft.weights import WEIGHT_FILES, read_tensors
 from specexit_core.exit import SIGNALS
 
 
@@ -44,13 +45,15 @@ def save_draft(
     return out
 
 
-def read_config(ckpt_dir: str | Path) -> DraftConfig:
-    return DraftConfig.from_hf_json(json.loads((Path(ckpt_dir) / "config.json").read_text()))
+def read_config(ckpt_dir: str | Path, *, target_num_layers: int | None = None) -> DraftConfig:
+    """`target_num_layers`: for a published head that names no aux layers (vLLM's default then)."""
+    cfg_json = json.loads((Path(ckpt_dir) / "config.json").read_text())
+    return DraftConfig.from_hf_json(cfg_json, target_num_layers=target_num_layers)
 
 
 def check_shapes(cfg: DraftConfig, tensors: dict[str, torch.Tensor], where: str = "") -> None:
     """Raise CheckpointMismatch naming the first tensor whose shape disagrees with `cfg`."""
-    want = {k: tuple(v.shape) for k, v in SpecExitDraft(cfg).state_dict().items()}
+    want = expected_shapes(cfg)
     fc = tuple(tensors["fc.weight"].shape) if "fc.weight" in tensors else None
     h, n_aux_in = cfg.hidden_size, 3 * cfg.target_hidden_size
     if fc is not None and fc != want["fc.weight"]:
@@ -82,14 +85,19 @@ def check_shapes(cfg: DraftConfig, tensors: dict[str, torch.Tensor], where: str 
 
 
 def load_draft(
-    ckpt_dir: str | Path, *, target_embed: torch.Tensor | None = None, expect_signals: bool | None = None
+    ckpt_dir: str | Path,
+    *,
+    target_embed: torch.Tensor | None = None,
+    expect_signals: bool | None = None,
+    target_num_layers: int | None = None,
 ) -> SpecExitDraft:
-    """Load a draft; `expect_signals=True/False` insists on a SpecExit / stock checkpoint."""
+    """Load a draft (ours or a published head, see weights.py); `expect_signals=True/False` insists
+    on a SpecExit / stock checkpoint."""
     ckpt_dir = Path(ckpt_dir)
-    cfg = read_config(ckpt_dir)
+    cfg = read_config(ckpt_dir, target_num_layers=target_num_layers)
     if expect_signals is not None and bool(cfg.signals) != expect_signals:
         cfg = cfg.replace(signals=SIGNALS if expect_signals else ())
-    tensors = load_file(str(ckpt_dir / "model.safetensors"))
+    tensors = read_tensors(ckpt_dir, cfg)
     check_shapes(cfg, tensors, where=f"{ckpt_dir}: ")
     draft = SpecExitDraft(cfg)
     if "embed_tokens.weight" not in tensors:
@@ -101,13 +109,25 @@ def load_draft(
     return draft.float().eval()
 
 
-def convert(src: str | Path, dst: str | Path, *, add_signals: bool) -> Path:
+def convert(
+    src: str | Path,
+    dst: str | Path,
+    *,
+    add_signals: bool,
+    token_ids: dict | None = None,
+    target_num_layers: int | None = None,
+) -> Path:
     """Stock EAGLE-3 -> SpecExit (zero-initialised signal rows: raw 0 = confidence 0.5, progress 0.5,
-    remaining 0) or SpecExit -> stock (signal rows dropped). Other tensors are copied unchanged."""
+    remaining 0) or SpecExit -> stock (signal rows dropped). Other tensors are copied unchanged.
+    `src` may be a published head (weights.py); `dst` always gets `model.safetensors` and a config
+    naming its aux layers. `token_ids` ({think_start, think_end, split}) are what the vLLM plugin
+    needs to serve the result; `target_num_layers` resolves a head that names no aux layers."""
     src, dst = Path(src), Path(dst)
     cfg_json = json.loads((src / "config.json").read_text())
-    cfg = DraftConfig.from_hf_json(cfg_json)
-    tensors = load_file(str(src / "model.safetensors"))
+    cfg = DraftConfig.from_hf_json(cfg_json, target_num_layers=target_num_layers)
+    if token_ids is not None:
+        cfg = cfg.replace(token_ids=dict(token_ids))
+    tensors = read_tensors(src, cfg)
     fc = tensors["fc.weight"]
     if add_signals:
         if cfg.signals or fc.shape[0] != cfg.hidden_size:
@@ -123,8 +143,9 @@ def convert(src: str | Path, dst: str | Path, *, add_signals: bool) -> Path:
     dst.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(dst / "model.safetensors"))
     _write_config(dst, cfg_json, new_cfg)
-    for extra in src.iterdir():  # keep side files (README, training metadata)
-        if extra.name not in ("config.json", "model.safetensors") and extra.is_file():
+    for extra in src.iterdir():  # keep side files (README, training metadata), not other weights
+        weights = extra.name in WEIGHT_FILES or extra.suffix in (".safetensors", ".bin")
+        if extra.name != "config.json" and not weights and extra.is_file():
             shutil.copy2(extra, dst / extra.name)
     return dst
 
@@ -145,6 +166,7 @@ def set_exit_defaults(ckpt_dir: str | Path, exit_defaults: dict | None) -> Draft
 def _write_config(out_dir: Path, base_json: dict, cfg: DraftConfig) -> None:
     """`config.json` = `base_json` (keys DraftConfig does not own are kept, e.g. training metadata)
     with the `specexit` block and `architectures` that `cfg` says."""
-    out_json = {k: v for k, v in base_json.items() if k not in ("specexit", "architectures")}
-    out_json.update({k: v for k, v in cfg.to_hf_json().items() if k in ("specexit", "architectures")})
+    owned = ("specexit", "architectures", "eagle_aux_hidden_state_layer_ids", "eagle_config")  # explicit aux ids
+    out_json = {k: v for k, v in base_json.items() if k not in owned}
+    out_json.update({k: v for k, v in cfg.to_hf_json().items() if k in owned})
     (out_dir / "config.json").write_text(json.dumps(out_json, indent=2) + "\n")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any, NamedTuple
@@ -13,6 +14,67 @@ from specexit_core.signals import ACTIVATIONS
 # must start or end with "Eagle3", or vLLM renames it).
 STOCK_ARCH = "LlamaForCausalLMEagle3"
 SPECEXIT_ARCH = "SpecExitLlamaForCausalLMEagle3"
+# Names published heads carry for a Llama-layer EAGLE-3 drafter, all of which vLLM 0.32 runs as
+# `llama_eagle3.Eagle3LlamaForCausalLM` (its model registry; a plain "LlamaForCausalLM" becomes
+# "Eagle3LlamaForCausalLM" in vllm/transformers_utils/configs/eagle.py). Qwen3-target heads
+# (SpecForge, AngelSlim, Tengyunw) use these too: their draft layer is a Llama layer.
+LLAMA_LAYER_ARCHES = frozenset({STOCK_ARCH, SPECEXIT_ARCH, "Eagle3LlamaForCausalLM", "LlamaForCausalLM"})
+# Config keys that change the drafter's math in vLLM's llama_eagle3.py; SpecExitDraft implements each
+# one only at the value here (the EAGLE-3 paper's layer), so another value is refused, not ignored.
+_FIXED_OPTIONS = {
+    "norm_before_residual": False,
+    "norm_before_fc": False,
+    "fc_norm": False,
+    "norm_output": False,
+    "attention_bias": False,
+    "mlp_bias": False,
+    "hidden_act": "silu",
+    "num_hidden_layers": 1,
+}
+
+log = logging.getLogger(__name__)
+
+
+def vllm_default_aux_layer_ids(target_num_layers: int) -> tuple[int, int, int]:
+    """The target layers vLLM 0.32 feeds an EAGLE-3 drafter whose config names none: `(2, L // 2, L - 3)`
+    for a target of L decoder layers (`SupportsEagle3.get_eagle3_default_aux_hidden_state_layers` in
+    vllm/model_executor/models/interfaces.py, used by `_setup_eagle3_aux_hidden_state_outputs` in
+    vllm/v1/worker/gpu_model_runner.py and by vllm/v1/worker/gpu/spec_decode/eagle/eagle3_utils.py).
+    Same index convention as `aux_layer_ids` (i = the input of target layer i)."""
+    if target_num_layers < 6:
+        raise ValueError(f"vLLM's default EAGLE-3 layers need a target of >= 6 layers, got {target_num_layers}")
+    return (2, target_num_layers // 2, target_num_layers - 3)
+
+
+def aux_layer_ids_in(d: Mapping[str, Any]) -> tuple[int, ...] | None:
+    """The aux layer ids a draft `config.json` names, looked up in vLLM's order (top-level key first,
+    then `eagle_config`); None when it names none (vLLM then uses `vllm_default_aux_layer_ids`)."""
+    ids = d.get("eagle_aux_hidden_state_layer_ids") or (d.get("eagle_config") or {}).get(
+        "eagle_aux_hidden_state_layer_ids"
+    )
+    return tuple(int(i) for i in ids) if ids else None
+
+
+def check_llama_layer_draft(d: Mapping[str, Any]) -> None:
+    """Refuse draft configs whose layer is not the one SpecExitDraft (and the SpecExit drafter in vLLM)
+    computes, naming the key: a Qwen3-layer drafter, EAGLE-1 style (no fc), norm variants, RoPE scaling."""
+    arches = set(d.get("architectures") or [STOCK_ARCH])
+    if not arches & LLAMA_LAYER_ARCHES:
+        raise ValueError(
+            f"draft architectures {sorted(arches)}: only Llama-layer EAGLE-3 drafters are supported "
+            f"({sorted(LLAMA_LAYER_ARCHES)}); a Qwen3-layer drafter (Eagle3Qwen3ForCausalLM, q/k norms) is not"
+        )
+    eagle = d.get("eagle_config") or {}
+    if eagle.get("use_aux_hidden_state", True) is not True:
+        raise ValueError("draft eagle_config.use_aux_hidden_state is false: an EAGLE-1 style head, not EAGLE-3")
+    for key, want in _FIXED_OPTIONS.items():
+        got = eagle.get(key, d.get(key, want))
+        if got is not None and got != want:
+            raise ValueError(f"draft config {key} = {got!r}: SpecExitDraft implements only {want!r}")
+    for key in ("rope_scaling", "rope_parameters"):  # transformers 4 / 5 spelling
+        rope = d.get(key) or {}
+        if rope.get("rope_type", rope.get("type", "default")) != "default":
+            raise ValueError(f"draft config {key} {rope!r}: SpecExitDraft implements plain RoPE only")
 
 
 @dataclass(frozen=True)
@@ -126,11 +188,22 @@ class DraftConfig:
         return d
 
     @classmethod
-    def from_hf_json(cls, d: dict) -> DraftConfig:
-        eagle = d.get("eagle_config") or {}
-        ids = eagle.get("eagle_aux_hidden_state_layer_ids") or d.get("eagle_aux_hidden_state_layer_ids")
-        if not ids:
-            raise ValueError("draft config.json has no eagle_aux_hidden_state_layer_ids")
+    def from_hf_json(cls, d: dict, *, target_num_layers: int | None = None) -> DraftConfig:
+        """Ours or a published head's `config.json`. Without aux layer ids (many published heads
+        name none) the layers are vLLM's default for the target, so its layer count is needed."""
+        check_llama_layer_draft(d)
+        ids = aux_layer_ids_in(d)
+        if ids is None:
+            if target_num_layers is None:
+                raise ValueError(
+                    "draft config.json names no eagle_aux_hidden_state_layer_ids: vLLM then feeds the "
+                    "drafter its default target layers (2, L // 2, L - 3), so the target is needed to "
+                    "know them (`specexit draft convert --target TARGET_DIR`)"
+                )
+            ids = vllm_default_aux_layer_ids(target_num_layers)
+            log.info(
+                "draft config names no aux layers: vLLM's default for a %d-layer target, %s", target_num_layers, ids
+            )
         spec = read_specexit_fields(d)
         return cls(
             hidden_size=d["hidden_size"],
@@ -140,8 +213,8 @@ class DraftConfig:
             intermediate_size=d["intermediate_size"],
             vocab_size=d["vocab_size"],
             draft_vocab_size=d.get("draft_vocab_size") or d["vocab_size"],
-            aux_layer_ids=tuple(ids),
-            target_hidden_size=d.get("target_hidden_size", d["hidden_size"]),
+            aux_layer_ids=ids,
+            target_hidden_size=d.get("target_hidden_size") or d["hidden_size"],
             rms_norm_eps=d.get("rms_norm_eps", 1e-6),
             rope_theta=d.get("rope_theta") or (d.get("rope_parameters") or {}).get("rope_theta", 10000.0),
             max_position_embeddings=d.get("max_position_embeddings", 2048),

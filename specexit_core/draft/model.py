@@ -187,3 +187,10 @@ class DraftKV:
     def crop(self, n: int) -> None:
         if self.k is not None:
             self.k, self.v = self.k[:, :, :n], self.v[:, :, :n]
+
+
+def expected_shapes(cfg: DraftConfig) -> dict[str, tuple[int, ...]]:
+    """Tensor name -> shape of a checkpoint for `cfg` (built on the meta device: no memory, so a real
+    8B head's 128k x 4096 embedding is not allocated just to learn its shape)."""
+    with torch.device("meta"):
+        return {k: tuple(v.shape) for k, v in SpecExitDraft(cfg).state_dict().items()}

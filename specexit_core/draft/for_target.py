@@ -1,0 +1,75 @@
+"""What a published EAGLE-3 head needs from its target to become a deployable SpecExit draft.
+
+A head names its target only implicitly (vocab and hidden sizes). Two facts come from the target
+folder: its decoder layer count (the aux layers vLLM feeds a head whose config names none, see
+`vllm_default_aux_layer_ids`) and, from its tokenizer, the token ids the exit needs
+(`specexit.token_ids`: think_start, think_end, split), without which the vLLM plugin refuses to load
+the draft. `specexit draft convert` is `convert_for_target`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from specexit_core.draft.checkpoint import convert
+from specexit_core.exit.split_tokens import split_token_ids
+
+THINK_START, THINK_END = "<think>", "</think>"
+
+
+def target_num_layers(target: str | Path) -> int:
+    """Decoder layers of the target model (its `config.json`; the text model's for a multimodal one)."""
+    from transformers import AutoConfig
+
+    cfg = AutoConfig.from_pretrained(str(target))
+    return int(cfg.get_text_config().num_hidden_layers)
+
+
+def exit_token_ids(
+    tokenizer, *, think_start: str = THINK_START, think_end: str = THINK_END, split_tokens: list[str] | None = None
+) -> dict:
+    """`specexit.token_ids` from the target's tokenizer: the think markers (each one token) and the
+    paragraph-break tokens (`split_token_ids`: every blank-line token unless `split_tokens` names them)."""
+
+    def single(text: str, what: str) -> int:
+        ids = tokenizer.encode(text, add_special_tokens=False)
+        if len(ids) != 1:
+            raise ValueError(f"{what} {text!r} is not one token of the target's tokenizer (ids {ids})")
+        return int(ids[0])
+
+    return {
+        "think_start": single(think_start, "think_start"),
+        "think_end": single(think_end, "think_end"),
+        "split": list(split_token_ids(tokenizer, split_tokens)),
+    }
+
+
+def convert_for_target(
+    src: str | Path,
+    dst: str | Path,
+    *,
+    add_signals: bool,
+    target: str | Path | None = None,
+    token_ids: dict | None = None,
+    think_start: str = THINK_START,
+    think_end: str = THINK_END,
+    split_tokens: list[str] | None = None,
+) -> Path:
+    """`convert` with the target's facts filled in. Adding signals needs token ids: `token_ids` as
+    given, else those `src` already carries, else the target tokenizer's (`target`); none of these
+    is an error, since the result could not be served."""
+    layers = target_num_layers(target) if target is not None else None
+    if add_signals and token_ids is None:
+        carried = (json.loads((Path(src) / "config.json").read_text()).get("specexit") or {}).get("token_ids")
+        if carried is None:
+            if target is None:
+                raise ValueError(
+                    "--add-signals needs the exit's token ids: give --target TARGET_DIR (its tokenizer has "
+                    'them) or --token-ids \'{"think_start": ID, "think_end": ID, "split": [IDS]}\''
+                )
+            from transformers import AutoTokenizer
+
+            tok = AutoTokenizer.from_pretrained(str(target))
+            token_ids = exit_token_ids(tok, think_start=think_start, think_end=think_end, split_tokens=split_tokens)
+    return convert(src, dst, add_signals=add_signals, token_ids=token_ids, target_num_layers=layers)
