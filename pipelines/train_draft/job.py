@@ -59,22 +59,24 @@ def prepare_init_draft(cfg: TrainDraftConfig, run_dir: Path, must_keep: list[int
     """The SpecExit folder training starts from (a stock EAGLE-3 draft gets zero signal rows), and
     its vocab maps. Checks that it fits the target and keeps the tokens the exit needs."""
     import torch
-    from safetensors.torch import load_file
 
     from specexit_core.draft.checkpoint import convert, read_config
+    from specexit_core.draft.for_target import layers_for_head
+    from specexit_core.draft.weights import read_tensors
 
     src = Path(cfg.init_draft)
-    dcfg = read_config(src)
+    layers = layers_for_head(src, cfg.target)  # a published head may name no aux layers: vLLM's default then
+    dcfg = read_config(src, target_num_layers=layers)
     if dcfg.signals:
         init = src
     else:
-        init = convert(src, run_dir / "init_draft", add_signals=True)
+        init = convert(src, run_dir / "init_draft", add_signals=True, target_num_layers=layers)
         log.info("train_draft: %s is a stock EAGLE-3 draft; added zero-initialised signal rows", src)
     if cfg.draft_vocab_size is not None and cfg.draft_vocab_size != dcfg.draft_vocab_size:
         raise SystemExit(
             f"train_draft: draft_vocab_size {cfg.draft_vocab_size} != init_draft's {dcfg.draft_vocab_size}"
         )
-    t = load_file(str(Path(init) / "model.safetensors"))
+    t = read_tensors(init, dcfg)  # safetensors or pytorch_model.bin
     d2t, t2d = t["d2t"].long(), t["t2d"].to(torch.bool)
     missing = [i for i in must_keep if not bool(t2d[i])]
     if missing:

@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 from specexit_core.draft.checkpoint import convert
+from specexit_core.draft.config import aux_layer_ids_in
 from specexit_core.exit.split_tokens import split_token_ids
 
 THINK_START, THINK_END = "<think>", "</think>"
@@ -24,6 +25,13 @@ def target_num_layers(target: str | Path) -> int:
 
     cfg = AutoConfig.from_pretrained(str(target))
     return int(cfg.get_text_config().num_hidden_layers)
+
+
+def layers_for_head(head: str | Path, target: str | Path | None) -> int | None:
+    """The target's layer count if the head at `head` names no aux layers (then it is needed), else None."""
+    if aux_layer_ids_in(json.loads((Path(head) / "config.json").read_text())) is not None or target is None:
+        return None
+    return target_num_layers(target)
 
 
 def exit_token_ids(
@@ -59,7 +67,7 @@ def convert_for_target(
     """`convert` with the target's facts filled in. Adding signals needs token ids: `token_ids` as
     given, else those `src` already carries, else the target tokenizer's (`target`); none of these
     is an error, since the result could not be served."""
-    layers = target_num_layers(target) if target is not None else None
+    layers = layers_for_head(src, target)
     if add_signals and token_ids is None:
         carried = (json.loads((Path(src) / "config.json").read_text()).get("specexit") or {}).get("token_ids")
         if carried is None:

@@ -269,3 +269,22 @@ def test_plugin_refuses_a_converted_draft_without_token_ids(tmp_path):
     with pytest.raises(ValueError, match="lacks specexit.token_ids"):
         _plugin_accepts(out)
     assert convert_for_target(out, tmp_path / "stock2", add_signals=False).exists()
+
+
+def test_train_draft_init_from_a_published_head_without_aux_layers(tmp_path):
+    """`init_draft:` a downloaded head that names no aux layers: the job takes vLLM's default layers of
+    its target (here an 8-layer one: 2, 4, 5) and starts from the head with zero signal rows."""
+    from transformers import LlamaConfig
+
+    from pipelines.train_draft.config import TrainDraftConfig
+    from pipelines.train_draft.job import prepare_init_draft
+
+    target = tmp_path / "target"
+    LlamaConfig(vocab_size=V, hidden_size=H, num_hidden_layers=8, num_attention_heads=4).save_pretrained(target)
+    cfg = DraftConfig.from_hf_json(LLAMA31_HEAD, target_num_layers=8)
+    head = write_head(tmp_path / "head", LLAMA31_HEAD, head_tensors(cfg), "bin")
+    job = TrainDraftConfig(input="x", output="y", target=str(target), run_name="r", init_draft=str(head))
+    init, d2t, t2d = prepare_init_draft(job, tmp_path / "run", must_keep=[])
+    se = read_config(init)
+    assert se.aux_layer_ids == (2, 4, 5) and se.signals == SIGNALS
+    assert torch.equal(d2t, head_tensors(cfg)["d2t"]) and int(t2d.sum()) == N
