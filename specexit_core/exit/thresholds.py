@@ -19,3 +19,9 @@ def passes(smoothed: Mapping[str, float], cfg: ExitConfig) -> bool:
     above theirs, remaining below its. The one check, used by `ExitTracker` (so by every engine)
     and by calibration's replay."""
     return all(_PASSES[name](smoothed[name], cfg) for name in cfg.signals_used)
+
+
+def signal_passes(name: str, value, thresholds):
+    """One signal's comparison with its threshold, elementwise when `value` and the thresholds are
+    arrays (the batch tracker's per-request settings): the same rule as `passes`."""
+    return _PASSES[name](value, thresholds)

@@ -28,14 +28,16 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass, field
-from itertools import accumulate
+from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from specexit_core.draft.config import read_specexit_fields
-from specexit_core.exit import ExitConfig, ExitDecision, ExitTracker
+from specexit_core.exit import ExitConfig, ExitDecision
+from specexit_core.exit.batch_tracker import ERROR, BatchTrackers, ScanEvent
 from specexit_core.signals import activate
+from specexit_core.vllm_plugin.committed_rows import CommittedRows, Stream
 from specexit_core.vllm_plugin.controls import request_exit_config, server_defaults
 from specexit_core.vllm_plugin.metrics import SpecExitMetrics
 from specexit_core.vllm_plugin.telemetry import EXITS, FALLBACKS, TELEMETRY_DIR_ENV, EventWriter
@@ -48,18 +50,11 @@ _TOK, _POS = 3, 4  # columns of a host row: confidence, progress, remaining, tok
 @dataclass
 class _ReqState:
     cfg: ExitConfig | None
-    tracker: ExitTracker | None  # None: SpecExit off for this request (or fallen back)
-    n_prompt: int
-    committed: list[int] = field(default_factory=list)  # generated tokens known to be committed
-    appended: int = 0  # committed tokens fed to the tracker
-    n_sig: int = 0  # signals fed to the tracker
-    sigs: dict[int, tuple[float, float, float]] = field(default_factory=dict)  # generated idx -> signals
-    step_gen0: int = 0  # generated idx of last step's input 0
-    step_rows: list = field(default_factory=list)  # last step's host rows
+    slot: int | None  # in BatchTrackers / CommittedRows; None: SpecExit off for this request
     pending: tuple[int, int, ExitDecision] | None = None  # forced: (split token idx, token, decision)
     exit: ExitDecision | None = None  # realised exit
     fallback: str | None = None  # why this request runs without exit
-    done: bool = False  # thinking over (exited or `</think>` committed): nothing left to decide
+    done: bool = False  # thinking over (exited or `</think>` committed), or fallen back: nothing left to do
 
 
 class _LostTrack(RuntimeError):
@@ -67,7 +62,8 @@ class _LostTrack(RuntimeError):
 
 
 class SpecExitRunnerState:
-    """Per-runner state: ids, defaults, per-request trackers, counters."""
+    """Per-runner state: ids, defaults, per-request state (settings and exit state in slots of
+    batch-wide arrays), counters."""
 
     def __init__(self, runner, drafter_model):
         self.model = drafter_model
@@ -79,7 +75,16 @@ class SpecExitRunnerState:
         self.think_start, self.think_end = int(ids["think_start"]), int(ids["think_end"])
         self.split_ids = frozenset(int(t) for t in ids["split"])
         self.defaults = server_defaults(spec.exit_defaults)
+        self.trackers = BatchTrackers(
+            split_token_ids=self.split_ids, think_start_id=self.think_start, think_end_id=self.think_end
+        )
+        self.rows = CommittedRows()
+        self.follow = np.zeros(self.trackers.capacity + 1, bool)  # per slot: live (last entry: no slot)
+        self.slot_req: dict[int, str] = {}
         self.reqs: dict[str, _ReqState] = {}
+        self._batch: list[str] = []  # last step's request ids, and their slots (-1: none)
+        self._slots = np.zeros(0, np.int64)
+        self._last_drafts: tuple[list[int] | None, np.ndarray] = (None, np.zeros(0, np.int64))
         self.counters = {
             "requests": 0,
             "exits": 0,
@@ -99,7 +104,7 @@ class SpecExitRunnerState:
         if st is None:
             rs = runner.requests[req_id]
             extra = rs.sampling_params.extra_args if rs.sampling_params is not None else None
-            st = self.reqs[req_id] = _ReqState(cfg=None, tracker=None, n_prompt=rs.num_prompt_tokens)
+            st = self.reqs[req_id] = _ReqState(cfg=None, slot=None)
             self.counters["requests"] += 1
             try:  # the front end validated against the same defaults; this is the safety net
                 st.cfg = request_exit_config(extra, self.defaults)
@@ -107,166 +112,173 @@ class SpecExitRunnerState:
                 self._fall_back(req_id, st, f"invalid SpecExit settings: {e}")
                 return st
             if st.cfg.enabled:
-                st.tracker = ExitTracker(
-                    st.cfg,
-                    split_token_ids=self.split_ids,
-                    think_start_id=self.think_start,
-                    think_end_id=self.think_end,
-                    in_think=True,
-                )
+                st.slot = self.trackers.add(st.cfg)
+                self.rows.reset(st.slot, rs.num_prompt_tokens)
+                if st.slot + 1 >= len(self.follow):
+                    self.follow = np.concatenate([self.follow, np.zeros(len(self.follow), bool)])
+                self.follow[st.slot] = True
+                self.slot_req[st.slot] = req_id
             self.metrics.request(st.cfg.enabled)
         return st
 
     def prune(self, runner) -> None:
         for rid in [r for r in self.reqs if r not in runner.requests]:
             st = self.reqs.pop(rid)
-            if st.tracker is not None:
-                self.counters["think_tokens"] += st.tracker.think_tokens
-                self.metrics.finished(st.tracker.think_tokens)
+            if st.slot is not None:
+                if st.fallback is None:
+                    think = int(self.trackers.think[st.slot])
+                    self.counters["think_tokens"] += think
+                    self.metrics.finished(think)
+                self.follow[st.slot] = False
+                self.slot_req.pop(st.slot, None)
+                self.trackers.free(st.slot)
 
     def _fall_back(self, req_id: str, st: _ReqState, reason: str) -> None:
         """This request runs on without SpecExit; the engine and every other request are untouched."""
-        st.tracker, st.pending, st.fallback = None, None, reason
-        st.sigs.clear()
-        st.step_rows = []
+        st.pending, st.fallback, st.done = None, reason, True
+        if st.slot is not None:
+            self.follow[st.slot] = False
         self.counters["fallbacks"] += 1
         log.warning("specexit: request %s continues without early exit: %s", req_id, reason)
         self.events.append(FALLBACKS, {"req_id": req_id, "fallback": reason})
         self.counters["telemetry_errors"] = self.events.errors
 
+    def _batch_slots(self, runner, req_ids: list[str]) -> np.ndarray:
+        """Slots of this step's requests (-1: SpecExit off); Python per request only when the batch
+        changed since last step."""
+        if req_ids != self._batch:
+            self.prune(runner)
+            states = [self.reqs.get(r) or self._state(runner, r) for r in req_ids]
+            self._slots = np.array([-1 if st.slot is None else st.slot for st in states], np.int64)
+            self._batch = list(req_ids)
+        return self._slots
+
     # -- the step ----------------------------------------------------------------------------------
-    @torch.inference_mode()
     def before_sample(self, runner, exec_state) -> None:
         sdm = exec_state.spec_decode_metadata
         aux = exec_state.aux_hidden_states
         if sdm is None or not aux:
             return
         self.counters["steps"] += 1
-        self.prune(runner)
         num_reqs = len(sdm.num_draft_tokens)
-        req_ids = runner.input_batch.req_ids[:num_reqs]
-        states = [self.reqs.get(r) or self._state(runner, r) for r in req_ids]
-        if all(st.tracker is None or st.done for st in states):
-            return  # SpecExit off for the whole batch: no device work at all
-        rows = self._host_rows(runner, sdm, aux)
-        cu = [0, *accumulate(n + 1 for n in sdm.num_draft_tokens)]  # host-side: no device sync
-        discard = runner.discard_request_mask.np[:num_reqs] if hasattr(runner, "discard_request_mask") else None
-        logits = exec_state.logits
-        for r, st in enumerate(states):
-            if st.tracker is None or st.done or (discard is not None and discard[r]):
-                continue
-            start = cu[r]
+        slots = self._batch_slots(runner, runner.input_batch.req_ids[:num_reqs])
+        follow = self.follow[slots]  # slot -1 reads the last entry: False
+        if hasattr(runner, "discard_request_mask"):
+            follow &= ~runner.discard_request_mask.np[:num_reqs].astype(bool)
+        if not follow.any():
+            return  # SpecExit off or over for the whole batch: no device work at all
+        sig, tok, pos = self._host_rows(runner, sdm, aux)
+        n_drafts = self._n_drafts(sdm.num_draft_tokens)
+        start = np.zeros(num_reqs, np.int64)
+        np.cumsum(n_drafts[:-1] + 1, out=start[1:])
+        gen0 = self.rows.gen0(slots, pos[start])
+        sel = np.flatnonzero(follow & (gen0 >= 0))  # gen0 < 0: a prefill row (its input is a prompt token)
+        if len(sel) == 0:
+            return
+        cur_tok, cur_sig, cur_valid = _by_column(tok, sig, start, n_drafts, sel)
+        s = slots[sel]
+        stream = self.rows.stream(s, gen0[sel], cur_tok, cur_sig, cur_valid)
+        scan = np.flatnonzero(~(stream.lost | self.trackers.exited[s]))
+        if len(scan) == len(s):
+            events = self.trackers.scan(s, stream.tok, stream.sig, stream.valid, stream.n_commit)
+        else:
+            events = self.trackers.scan(
+                s[scan], stream.tok[:, scan], stream.sig[:, scan], stream.valid[:, scan], stream.n_commit
+            )
+        self.rows.advance(s, stream.gen0, cur_tok, cur_sig, n_drafts[sel] + 1)
+        # Python per request only where needed: an event, lost track, a pending exit or thinking over
+        todo: dict[int, ScanEvent | None] = {int(r): None for r in np.flatnonzero(stream.lost)}
+        for ev in events:
+            todo[int(scan[ev.row])] = ev
+        for r in np.flatnonzero(self.trackers.exited[s] | self.trackers.ended[s]).tolist():
+            todo.setdefault(r, None)
+        for r in sorted(todo):
+            req_id = self.slot_req[int(s[r])]
+            st = self.reqs[req_id]
             try:
-                j = self._step(runner, req_ids[r], st, rows[start : cu[r + 1]])
+                j = self._per_request(req_id, st, stream, r, todo[r])
             except Exception as e:  # noqa: BLE001 -- one request's failure must not kill the engine
-                self._fall_back(req_ids[r], st, f"error: {type(e).__name__}: {e}")
+                self._fall_back(req_id, st, f"error: {type(e).__name__}: {e}")
                 continue
             if j is not None:
-                logits[start + j, self.think_end] = FORCE_LOGIT
+                with torch.inference_mode():  # the logits are inference tensors
+                    exec_state.logits[int(start[sel[r]]) + j, self.think_end] = FORCE_LOGIT
 
-    def _host_rows(self, runner, sdm, aux) -> list[list[float]]:
-        """[confidence, progress, remaining, token, position] per logit row, in ONE device->host
+    def _n_drafts(self, num_draft_tokens: list[int]) -> np.ndarray:
+        if num_draft_tokens != self._last_drafts[0]:  # usually the same list as last step
+            self._last_drafts = (list(num_draft_tokens), np.asarray(num_draft_tokens, np.int64))
+        return self._last_drafts[1]
+
+    @torch.inference_mode()
+    def _host_rows(self, runner, sdm, aux) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(signals [R, 3], token ids [R], positions [R]) of the logit rows, in ONE device->host
         transfer: signals activated on the device (float64, as the reference computes them), token
         ids and positions exact in float64."""
         idx = sdm.logits_indices
+        n = idx.shape[0]
+        # logits_indices are increasing token indices: as many as tokens means all of them, in order
+        whole = n == aux[0].shape[0]
+        feats = torch.cat(aux if whole else [h.index_select(0, idx) for h in aux], dim=-1)
         w = self.model.signal_weight()
-        raw = (torch.cat([h[idx] for h in aux], dim=-1).to(w.dtype) @ w.t()).double()
-        block = torch.cat(
-            [
-                activate(raw),
-                _tensor(runner.input_ids)[idx].double()[:, None],
-                _tensor(runner.positions)[idx].double()[:, None],
-            ],
-            1,
+        sig = activate((feats.to(w.dtype) @ w.t()).double())
+        ids, positions = _tensor(runner.input_ids), _tensor(runner.positions)
+        ids, positions = (
+            (ids[:n], positions[:n]) if whole else (ids.index_select(0, idx), positions.index_select(0, idx))
         )
-        if block.device.type != "cpu":
-            host = torch.empty(block.shape, dtype=block.dtype, pin_memory=True)
-            host.copy_(block, non_blocking=True)
-            torch.cuda.current_stream(block.device).synchronize()  # the one wait: rows decide the logits
-            block = host
-        return block.tolist()
+        if sig.device.type == "cpu":  # no transfer at all: numpy views
+            return sig.numpy(), ids.numpy(), positions.numpy()
+        block = torch.cat([sig, ids.double()[:, None], positions.double()[:, None]], 1)
+        host = torch.empty(block.shape, dtype=block.dtype, pin_memory=True)
+        host.copy_(block, non_blocking=True)
+        torch.cuda.current_stream(block.device).synchronize()  # the one wait: rows decide the logits
+        rows = host.numpy()
+        return rows[:, :3], rows[:, 3].astype(np.int64), rows[:, 4].astype(np.int64)
 
-    def _step(self, runner, req_id: str, st: _ReqState, rows: list[list[float]]) -> int | None:
-        gen0 = int(rows[0][_POS]) - st.n_prompt
-        if gen0 < 0:  # prefill row: the input is a prompt token
-            return None
-        self._commit(runner, req_id, st, gen0, rows)
-        return self._decide(req_id, st, [int(x[_TOK]) for x in rows])
+    def _per_request(self, req_id: str, st: _ReqState, stream: Stream, r: int, ev: ScanEvent | None) -> int | None:
+        """The rare per-request part of a step: returns the logit row to force, if any."""
+        if stream.lost[r]:
+            g0, last = int(stream.gen0[r]), int(stream.last_gen0[r])
+            if g0 > last:
+                raise _LostTrack(f"committed tokens before {g0} were never seen as step inputs (last input 0: {last})")
+            raise _LostTrack(f"input 0 went back or changed: token {g0} (last input 0: {last})")
+        self._check_realised(req_id, st, stream, r)
+        j = None
+        if ev is not None:
+            if ev.kind == ERROR:
+                raise ValueError(f"signals of a token must be 3 finite numbers (column {ev.col} of this step)")
+            gen = self._gen_index(stream, r, ev.col)
+            dec = ExitDecision(gen, ev.kind, ev.think_tokens, ev.smoothed)
+            tok = int(stream.tok[ev.col, r])
+            if not ev.committed:  # a split token among the drafts: force the token after it
+                st.pending = (gen, tok, dec)
+                j = ev.col - stream.n_commit + 1
+            elif ev.col == stream.n_commit - 1:  # the split token is input 0: force the next token now
+                st.pending = (gen, tok, dec)
+                j = 0
+            elif st.exit is None and (st.pending is None or st.pending[0] != gen):
+                log.warning("specexit: exit for %s at token %d was not forced in time", req_id, gen)
+        slot = st.slot
+        if st.pending is None and (self.trackers.exited[slot] or self.trackers.ended[slot]):
+            st.done = True  # answer tokens cost nothing from here on
+            self.follow[slot] = False
+        return j
 
-    def _commit(self, runner, req_id: str, st: _ReqState, gen0: int, rows) -> None:
-        """Last step's inputs below `gen0` were committed (its input 0 and accepted drafts; rejected
-        drafts sat at indices >= gen0); this step's input 0 is the newest committed token."""
-        committed = st.committed
-        for i, x in enumerate(st.step_rows):
-            g = st.step_gen0 + i
-            if g >= gen0:
-                break
-            if g == len(committed):
-                committed.append(int(x[_TOK]))
-            st.sigs[g] = (x[0], x[1], x[2])
-        if gen0 == len(committed):
-            committed.append(int(rows[0][_TOK]))
-        elif gen0 > len(committed):
-            raise _LostTrack(f"committed tokens {len(committed)}..{gen0 - 1} were never seen as step inputs")
-        elif committed[gen0] != int(rows[0][_TOK]):
-            raise _LostTrack(f"token {gen0} changed from {committed[gen0]} to {int(rows[0][_TOK])}")
-        st.sigs[gen0] = (rows[0][0], rows[0][1], rows[0][2])
-        st.step_gen0, st.step_rows = gen0, rows
+    @staticmethod
+    def _gen_index(stream: Stream, r: int, col: int) -> int:
+        """Generated-token index of a stream column."""
+        if col < stream.n_commit - 1:
+            return int(stream.last_gen0[r]) + 1 + col
+        return int(stream.gen0[r]) + col - (stream.n_commit - 1)
 
-    def _decide(self, req_id: str, st: _ReqState, inputs: list[int]) -> int | None:
-        out = st.committed
-        tr = st.tracker
-        self._check_realised(req_id, st, out)
-        if tr.exited:
-            st.done = st.pending is None  # answer tokens cost nothing from here on
-            return None
-        # 1) catch the committed tracker up; the last committed token is input 0
-        for g in range(st.appended, len(out)):
-            self._feed_signals(st, tr, upto=g)
-            dec = tr.append(out[g])
-            st.appended = g + 1
-            if dec is not None:
-                if g == len(out) - 1:  # the split token is input 0: force the next token now
-                    st.pending = (g, out[g], dec)
-                    return 0
-                if st.exit is None and (st.pending is None or st.pending[0] != g):
-                    log.warning("specexit: exit for %s at token %d was not forced in time", req_id, g)
-                return None
-        if not tr.in_think:
-            st.done = st.pending is None
-            return None
-        if len(inputs) == 1:
-            return None
-        # Only a split token among the drafts (or a budget that ends within them) can force an
-        # exit this step; most steps have neither, and skip the look-ahead copy entirely.
-        budget = tr.cfg.max_think_tokens
-        if (budget is None or tr.think_tokens + len(inputs) - 1 < budget) and not any(
-            t in self.split_ids for t in inputs[1:]
-        ):
-            return None
-        # 2) hypothetically, drafts 1..k (a copy: the committed state only moves on real tokens)
-        hyp = tr.fork()
-        rows = st.step_rows
-        for j in range(1, len(inputs)):
-            if j > 1:
-                hyp.add_signal(rows[j - 1][:3])
-            dec = hyp.append(inputs[j])
-            if dec is not None:
-                st.pending = (st.step_gen0 + j, inputs[j], dec)
-                return j
-            if not hyp.in_think:
-                return None
-        return None
-
-    def _check_realised(self, req_id: str, st: _ReqState, out: list[int]) -> None:
+    def _check_realised(self, req_id: str, st: _ReqState, stream: Stream, r: int) -> None:
         """A forced exit counts once `</think>` is committed right after the split token."""
         if st.pending is None:
             return
         g, tok, dec = st.pending
-        if len(out) <= g + 1:
+        if int(stream.gen0[r]) + 1 <= g + 1:
             return  # not decided yet (a draft before the split token may still be pending)
         st.pending = None
-        if out[g] == tok and out[g + 1] == self.think_end:
+        if stream.token_at(r, g) == tok and stream.token_at(r, g + 1) == self.think_end:
             st.exit = dec
             self.counters["exits"] += 1
             self.metrics.exit(dec.reason, dec.think_tokens)
@@ -282,11 +294,17 @@ class SpecExitRunnerState:
             )
             self.counters["telemetry_errors"] = self.events.errors
 
-    @staticmethod
-    def _feed_signals(st: _ReqState, tr: ExitTracker, upto: int) -> None:
-        while st.n_sig <= upto and st.n_sig in st.sigs:
-            tr.add_signal(st.sigs.pop(st.n_sig))
-            st.n_sig += 1
+
+def _by_column(tok, sig, start, n_drafts, sel):
+    """Rows of the selected requests, column-major: tokens [K+1, N], signals [K+1, N, 3], valid
+    [K+1, N] (K: the step's most drafts; a request with fewer repeats its last row, masked)."""
+    k1 = int(n_drafts.max()) + 1
+    if len(tok) == len(start) * k1:  # every request has K drafts (the usual decode step)
+        t, x = tok.reshape(-1, k1)[sel], sig.reshape(-1, k1, 3)[sel]
+        return np.ascontiguousarray(t.T, np.int64), np.ascontiguousarray(x.transpose(1, 0, 2)), np.ones(t.T.shape, bool)
+    nd = n_drafts[sel]
+    idx = start[sel] + np.minimum(np.arange(k1)[:, None], nd)
+    return tok[idx].astype(np.int64), sig[idx], np.arange(k1)[:, None] <= nd
 
 
 def _tensor(buf) -> torch.Tensor:
