@@ -96,7 +96,7 @@ class LongGenEngine:
         stop_at_eos: bool = False,
     ) -> LongGenResult:
         tg, cfg = self.target, self.cfg
-        gen = torch.Generator().manual_seed(seed)
+        gen = torch.Generator(device=tg.device).manual_seed(seed)  # sampling happens where the logits are
         stats = LongGenStats(max_depth=len(cfg.tree.widths))
         t0 = time.perf_counter()
         seq = list(prompt_ids)
@@ -118,7 +118,9 @@ class LongGenEngine:
             logits = tg.logits(hv)
             if penalty.enabled:
                 paths = [tree.path_tokens(n) for n in range(len(tree))]
-                logits = penalise(logits, tree_presence(seq, paths, tg.vocab_size, penalty.window), penalty.theta)
+                logits = penalise(
+                    logits, tree_presence(seq, paths, tg.vocab_size, penalty.window, tg.device), penalty.theta
+                )
             if temperature > 0:
                 path, nxt = verify_tree_sampled(tree, torch.softmax(logits / temperature, -1), gen)
             else:
@@ -150,5 +152,5 @@ class LongGenEngine:
         stats.draft_forwards += 1
         stats.draft_kv_max = max(stats.draft_kv_max, partial.size)
         if penalty.enabled:
-            draft = penalise(draft, window_presence(seq, tg.vocab_size, penalty.window)[None], penalty.theta)
+            draft = penalise(draft, window_presence(seq, tg.vocab_size, penalty.window, tg.device)[None], penalty.theta)
         return draft

@@ -30,22 +30,22 @@ def penalise(logits: torch.Tensor, present: torch.Tensor, theta: float) -> torch
     return torch.where(present, scaled, logits)
 
 
-def window_presence(tokens: list[int], vocab: int, window: int) -> torch.Tensor:
+def window_presence(tokens: list[int], vocab: int, window: int, device=None) -> torch.Tensor:
     """[V] bool: tokens among the last `window` of `tokens`."""
-    present = torch.zeros(vocab, dtype=torch.bool)
+    present = torch.zeros(vocab, dtype=torch.bool, device=device)
     if window > 0 and tokens:  # (window_presence(seq, V, 0) is the empty window)
-        present[torch.tensor(tokens[-window:], dtype=torch.long)] = True
+        present[torch.tensor(tokens[-window:], dtype=torch.long, device=device)] = True
     return present
 
 
-def tree_presence(seq: list[int], paths: list[list[int]], vocab: int, window: int) -> torch.Tensor:
+def tree_presence(seq: list[int], paths: list[list[int]], vocab: int, window: int, device=None) -> torch.Tensor:
     """[N, V] bool: the window of each tree node, whose context is `seq + paths[n]` (paths[n] = the node's
     ancestors' tokens and its own, root excluded: the node row predicts the token after them)."""
     by_depth: dict[int, torch.Tensor] = {}
     for path in paths:  # the part of the window still inside seq shrinks as the node gets deeper
         d = len(path)
         if d not in by_depth:
-            by_depth[d] = window_presence(seq, vocab, max(window - d, 0))
+            by_depth[d] = window_presence(seq, vocab, max(window - d, 0), device)
     out = torch.stack([by_depth[len(path)] for path in paths])
     rows, cols = [], []
     for n, path in enumerate(paths):
@@ -53,5 +53,5 @@ def tree_presence(seq: list[int], paths: list[list[int]], vocab: int, window: in
         rows.extend([n] * len(tail))
         cols.extend(tail)
     if rows:
-        out[torch.tensor(rows), torch.tensor(cols)] = True
+        out[torch.tensor(rows, device=device), torch.tensor(cols, device=device)] = True
     return out

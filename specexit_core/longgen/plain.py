@@ -23,7 +23,8 @@ def next_token_logits(logits: torch.Tensor, seq: list[int], penalty: PenaltyConf
     """The penalised logits [V] after context `seq`."""
     if not penalty.enabled:
         return logits
-    return penalise(logits, window_presence(seq, logits.shape[-1], penalty.window), penalty.theta)
+    present = window_presence(seq, logits.shape[-1], penalty.window, logits.device)
+    return penalise(logits, present, penalty.theta)
 
 
 def pick(logits: torch.Tensor, temperature: float, gen: torch.Generator) -> int:
@@ -51,7 +52,7 @@ def plain_decode(
     stop_at_eos: bool = False,
     use_hf: bool = False,
 ) -> PlainResult:
-    gen = torch.Generator().manual_seed(seed)
+    gen = torch.Generator(device=target.device).manual_seed(seed)
     eos = target.model.config.eos_token_id
     t0 = time.perf_counter()
     seq = list(prompt_ids)

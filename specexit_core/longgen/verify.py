@@ -53,7 +53,7 @@ def _rejection_step(p: torch.Tensor, children: dict[int, int], gen: torch.Genera
     """One node: try its children in order; (child, token) when one is accepted, else (None, a resample)."""
     r = p
     for token, child in children.items():
-        if float(torch.rand((), generator=gen)) < float(r[token]):
+        if float(torch.rand((), generator=gen, device=p.device)) < float(r[token]):
             return child, token
         r = r.clone()
         r[token] = 0.0

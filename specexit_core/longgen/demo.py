@@ -1,0 +1,161 @@
+"""`python -m specexit_core.longgen.demo`: the TokenSwift engine on the toy teacher, against plain decoding.
+
+1. trains draft heads on the teacher's own continuations (sampled, EOS ignored, as the benchmark generates);
+2. for each length and penalty setting, decodes a few test prompts greedily with plain decoding and with the
+   engine (n-grams only, heads only, heads + n-grams), checks the outputs are identical, and reports tokens
+   per verification forward, acceptance, the drafter's KV footprint, wall time and the speed-up.
+The toy has 512 positions, so lengths stay below that; one thread, as both decoders run single-stream.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import torch
+
+from specexit_core.longgen.engine import LongGenConfig, LongGenEngine
+from specexit_core.longgen.heads import save_heads
+from specexit_core.longgen.partial_kv import PartialKVConfig
+from specexit_core.longgen.penalty import PenaltyConfig, penalise
+from specexit_core.longgen.plain import NO_PENALTY, plain_decode
+from specexit_core.longgen.train_heads import HeadTrainConfig, head_accuracy, train_heads
+from specexit_core.longgen.tree import TreeConfig
+
+TOY_KV = PartialKVConfig(budget=128, sinks=8, room=32)  # the drafter reads <= 128 of up to ~480 positions
+DEMO_PENALTY = PenaltyConfig(theta=1.2, window=64)  # W scaled down from TokenSwift's 1024 to the toy's lengths
+
+
+@torch.inference_mode()
+def teacher_continuations(model, prompts: list[list[int]], length: int, temperature: float, seed: int, penalty):
+    """Batched sampling from the teacher, EOS ignored (left padding); returns prompt + continuation per row."""
+    gen = torch.Generator().manual_seed(seed)
+    n = max(len(p) for p in prompts)
+    ids = torch.zeros(len(prompts), n, dtype=torch.long)
+    att = torch.zeros(len(prompts), n, dtype=torch.long)
+    for r, p in enumerate(prompts):
+        ids[r, n - len(p) :], att[r, n - len(p) :] = torch.tensor(p), 1
+    pos = (att.cumsum(-1) - 1).clamp(min=0)
+    out = [list(p) for p in prompts]
+    cur, cur_pos, past = ids, pos, None
+    for _ in range(length):
+        o = model(input_ids=cur, attention_mask=att, position_ids=cur_pos, past_key_values=past, use_cache=True)
+        past, logits = o.past_key_values, o.logits[:, -1].float()
+        if penalty.enabled:
+            present = torch.zeros_like(logits, dtype=torch.bool)
+            for r, seq in enumerate(out):
+                present[r, seq[-penalty.window :]] = True
+            logits = penalise(logits, present, penalty.theta)
+        nxt = torch.multinomial(torch.softmax(logits / temperature, -1), 1, generator=gen)
+        for r, t in enumerate(nxt[:, 0].tolist()):
+            out[r].append(t)
+        cur, cur_pos = nxt, cur_pos[:, -1:] + 1
+        att = torch.cat([att, torch.ones(len(prompts), 1, dtype=att.dtype)], -1)
+    return out
+
+
+def distinct_n(tokens: list[int], n_max: int = 4) -> float:
+    """Mean of Distinct-1..n_max (unique n-grams / n-grams), the diversity figure TokenSwift reports."""
+    vals = []
+    for n in range(1, n_max + 1):
+        grams = [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
+        vals.append(len(set(grams)) / len(grams) if grams else 0.0)
+    return sum(vals) / len(vals)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m specexit_core.longgen.demo", description=__doc__.splitlines()[0])
+    ap.add_argument("--lengths", default="128,256,448")
+    ap.add_argument("--prompts", type=int, default=3, help="test prompts per length")
+    ap.add_argument("--train-steps", type=int, default=300)
+    ap.add_argument("--train-seqs", type=int, default=64)
+    ap.add_argument("--heads-out", default="runs/longgen/toy_heads", help="where the trained heads are saved")
+    ap.add_argument("--json", action="store_true", help="end with one line {'heads': ..., 'rows': [...]}")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+
+    from specexit_core.toy import task
+    from specexit_core.toy.hf_generate import load_teacher
+    from specexit_core.toy.paths import TEACHER_DIR
+    from specexit_core.toy.teacher_eval import prompt_ids
+
+    model, tok = load_teacher(TEACHER_DIR)
+    lengths = [int(x) for x in args.lengths.split(",")]
+    train_prompts = [prompt_ids(tok, p) for p in task.problems("train", args.train_seqs + 8, seed=1)]
+    t0 = time.perf_counter()
+    half = args.train_seqs // 2  # half plain, half with the penalty: the heads see both regimes
+    seqs = teacher_continuations(model, train_prompts[:half], max(lengths), 0.7, 0, NO_PENALTY)
+    seqs += teacher_continuations(model, train_prompts[half : args.train_seqs], max(lengths), 0.7, 1, DEMO_PENALTY)
+    held = teacher_continuations(model, train_prompts[args.train_seqs :], max(lengths), 0.7, 2, NO_PENALTY)
+    gen_s = time.perf_counter() - t0
+    eng = LongGenEngine(model, None, LongGenConfig(partial_kv=TOY_KV))
+    heads, info = train_heads(eng.target, seqs, HeadTrainConfig(steps=args.train_steps))
+    info.update(data_s=gen_s, head_top1=head_accuracy(heads, eng.target, held))
+    save_heads(heads, args.heads_out)
+    print(f"heads: {json.dumps(info)} -> {args.heads_out}")
+
+    variants = {
+        "ngram": (None, TreeConfig()),
+        "heads": (heads, TreeConfig(ngram_top_k=0)),
+        "heads+ngram": (heads, TreeConfig()),
+    }
+    test_prompts = [prompt_ids(tok, p) for p in task.problems("test", args.prompts)]
+    rows = []
+    print(
+        f"{'penalty':>8} {'length':>6} {'method':>12} {'tok/fwd':>7} {'accept':>6} {'kv':>4} {'wall_s':>7} {'speedup':>7} {'same':>5} {'dist':>5}"
+    )
+    for penalty in (NO_PENALTY, DEMO_PENALTY):
+        for length in lengths:
+            plain = [plain_decode(eng.target, p, length, penalty=penalty) for p in test_prompts]
+            plain_s = sum(r.wall_s for r in plain)
+            dist = sum(distinct_n(r.token_ids) for r in plain) / len(plain)
+            rows.append(_row("plain", penalty, length, 1.0, 0.0, 0, plain_s, plain_s, True, dist))
+            for name, (h, tree_cfg) in variants.items():
+                eng.heads, eng.cfg = h, LongGenConfig(tree=tree_cfg, partial_kv=TOY_KV)
+                res = [eng.generate(p, length, penalty=penalty) for p in test_prompts]
+                acc = sum(r.stats.accepted for r in res)
+                rounds = sum(r.stats.rounds for r in res)
+                same = all(r.token_ids == pl.token_ids for r, pl in zip(res, plain))
+                rows.append(
+                    _row(
+                        name,
+                        penalty,
+                        length,
+                        (acc + rounds) / rounds,
+                        acc / (rounds * len(tree_cfg.widths)),
+                        max(r.stats.draft_kv_max for r in res),
+                        sum(r.stats.wall_s for r in res),
+                        plain_s,
+                        same,
+                        dist,
+                    )
+                )
+            for r in rows[-1 - len(variants) :]:
+                print(
+                    f"{r['penalty']:>8} {r['length']:>6} {r['method']:>12} {r['tokens_per_forward']:7.2f} "
+                    f"{r['acceptance']:6.2f} {r['draft_kv']:4d} {r['wall_s']:7.2f} {r['speedup']:6.2f}x "
+                    f"{str(r['identical_to_plain']):>5} {r['distinct_n']:5.2f}"
+                )
+    if args.json:
+        print(json.dumps({"heads": info, "rows": rows}))
+    return 0 if all(r["identical_to_plain"] for r in rows) else 1
+
+
+def _row(method, penalty, length, tpf, acc, kv, wall, plain_wall, same, dist) -> dict:
+    return {
+        "method": method,
+        "penalty": "on" if penalty.enabled else "off",
+        "length": length,
+        "tokens_per_forward": tpf,
+        "acceptance": acc,
+        "draft_kv": kv,
+        "wall_s": wall,
+        "speedup": plain_wall / wall if wall else 0.0,
+        "identical_to_plain": same,
+        "distinct_n": dist,
+    }
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,89 @@
+"""Training the draft heads with the target frozen: the loss and a small in-process trainer.
+
+Self-distillation as in TokenSwift / Medusa: on sequences the target itself wrote, head i learns to predict
+the token i + 1 positions after each position from the target's pre-norm hidden state there (the base LM
+head predicts the next one). The target runs once per sequence to collect features; only the heads train.
+The Ray stage that trains heads at scale (issue 14 item 3) is meant to reuse `collect_features` and
+`heads_loss`; `train_heads` here is the single-process loop the toy demo and tests use.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.nn.functional as F
+
+from specexit_core.longgen.heads import DraftHeads, heads_for
+from specexit_core.longgen.target import Target
+from specexit_core.typed_config import StrictModel
+
+IGNORE = -100
+
+
+class HeadTrainConfig(StrictModel):
+    num_heads: int = 3
+    steps: int = 300
+    lr: float = 2e-3
+    batch_positions: int = 2048
+    seed: int = 0
+
+
+@torch.inference_mode()
+def collect_features(target: Target, sequences: list[list[int]], num_heads: int):
+    """-> (pre-norm hidden states [N, H], labels [num_heads, N]): label i of position t is seq[t + 2 + i]."""
+    feats, labels = [], []
+    for seq in sequences:
+        cache = target.new_cache(len(seq))
+        h = target.forward(seq, list(range(len(seq))), cache)
+        ids = torch.tensor(seq + [IGNORE] * (num_heads + 2))
+        feats.append(h.float())
+        labels.append(torch.stack([ids[2 + i : 2 + i + len(seq)] for i in range(num_heads)]))
+    return torch.cat(feats), torch.cat(labels, 1)
+
+
+def heads_loss(heads: DraftHeads, lm_head, feats: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Mean over heads of each head's cross-entropy (positions without a label ignored)."""
+    logits = heads(feats, lm_head)  # [gamma, B, V]
+    return torch.stack(
+        [F.cross_entropy(logits[i], labels[i], ignore_index=IGNORE) for i in range(logits.shape[0])]
+    ).mean()
+
+
+def train_heads(target: Target, sequences: list[list[int]], cfg: HeadTrainConfig) -> tuple[DraftHeads, dict]:
+    torch.manual_seed(cfg.seed)
+    t0 = time.perf_counter()
+    feats, labels = collect_features(target, sequences, cfg.num_heads)
+    heads = heads_for(target, cfg.num_heads).float().train()
+    lm_head = target.lm_head
+    for p in lm_head.parameters():
+        p.requires_grad_(False)
+    opt = torch.optim.AdamW(heads.parameters(), lr=cfg.lr, weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, cfg.steps)
+    g = torch.Generator().manual_seed(cfg.seed)
+    first = last = None
+    for _ in range(cfg.steps):
+        idx = torch.randint(0, feats.shape[0], (cfg.batch_positions,), generator=g)
+        loss = heads_loss(heads, lm_head, feats[idx], labels[:, idx])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sched.step()
+        last = float(loss.detach())
+        first = last if first is None else first
+    heads.eval()
+    return heads.to(target.dtype), {
+        "positions": int(feats.shape[0]),
+        "steps": cfg.steps,
+        "loss_first": first,
+        "loss_last": last,
+        "train_s": time.perf_counter() - t0,
+    }
+
+
+@torch.inference_mode()
+def head_accuracy(heads: DraftHeads, target: Target, sequences: list[list[int]]) -> list[float]:
+    """Top-1 accuracy of each head on held-out sequences (what acceptance can be at most, per depth)."""
+    feats, labels = collect_features(target, sequences, heads.cfg.num_heads)
+    pred = heads(feats.to(target.dtype), target.lm_head).argmax(-1)
+    return [float((pred[i] == labels[i])[labels[i] != IGNORE].float().mean()) for i in range(pred.shape[0])]
