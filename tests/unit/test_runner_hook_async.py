@@ -39,23 +39,23 @@ class Sim:
     def think_token(self) -> int:
         return SPLIT if self.rng.random() < 0.15 else self.rng.randrange(4, VOCAB)
 
-    def inputs(self) -> list[int]:
+    def inputs(self, k: int = K) -> list[int]:
         g0 = len(self.committed) - 1
         drafts = [
-            self.truth[g0 + i] if self.rng.random() < 0.7 else self.rng.randrange(4, VOCAB) for i in range(1, K + 1)
+            self.truth[g0 + i] if self.rng.random() < 0.7 else self.rng.randrange(4, VOCAB) for i in range(1, k + 1)
         ]
         return [self.committed[-1]] + drafts
 
     def verify(self, inputs: list[int], forced: list[bool]) -> None:
         """Target tokens per row (`</think>` where the hook forced it), accept the matching drafts."""
-        g0 = len(self.committed) - 1
-        for j in range(K + 1):
+        g0, k = len(self.committed) - 1, len(inputs) - 1
+        for j in range(k + 1):
             g = g0 + j  # row j predicts token g + 1
             if forced[j] and self.truth[g + 1] != THINK_END:
                 self.truth[g + 1 :] = [THINK_END] + [self.rng.randrange(4, VOCAB) for _ in range(300)]
                 self.exit_at = g
             target = self.truth[g + 1]
-            if j < K and inputs[j + 1] == target:
+            if j < k and inputs[j + 1] == target:
                 self.committed.append(target)
                 continue
             self.committed.append(target)
@@ -126,6 +126,91 @@ def test_async_placeholders_exit_where_decide_puts_it(monkeypatch, seed):
     assert state.counters["exits"] == 1 and state.counters["fallbacks"] == 0
     assert state.reqs["a"].exit.index == want.index
     assert state.reqs["a"].exit == want  # index, reason, think tokens and smoothed values, bit for bit
+
+
+def random_request_args(rng: random.Random) -> dict:
+    """Per-request settings a client may send (the server's min_think_tokens is 50)."""
+    args = {
+        "specexit_method": rng.choice(["progress", "confidence", "confidence_progress", "progress_remain"]),
+        "specexit_progress_threshold": rng.choice([0.3, 0.6, 0.9]),
+        "specexit_confidence_threshold": rng.choice([0.2, 0.5]),
+        "specexit_remaining_threshold": rng.choice([25.0, 200.0]),
+        "specexit_alpha": rng.choice([0.1, 0.3, 1.0]),
+        "specexit_min_think_tokens": rng.choice([50, 60, 90]),
+    }
+    if rng.random() < 0.3:
+        args["specexit_max_think_tokens"] = rng.randrange(90, 200)
+    return args
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_batch_of_requests_with_own_settings_exit_where_decide_puts_them(monkeypatch, seed):
+    """Many requests with their own settings, joining and finishing at different steps (the batch
+    changes), 0..K drafts per request and step, prefill rows, natural `</think>`: every request
+    exits exactly where `decide` puts it on its committed tokens, with the same decision."""
+    monkeypatch.setenv("SPECEXIT_EXIT_CONFIG", json.dumps({"min_think_tokens": 50}))
+    monkeypatch.delenv("SPECEXIT_TELEMETRY_DIR", raising=False)
+    rng = random.Random(100 + seed)
+    runner = SyntheticRunner()
+    state = SpecExitRunnerState(runner, SyntheticDrafter(hidden=H))
+    state.model.weight = torch.eye(3)
+    plan = {f"q{i}": (rng.randrange(0, 40), rng.randrange(150, 260)) for i in range(16)}  # (join, leave) step
+    sims, cfgs, done = {}, {}, {}
+    for step in range(220):
+        for rid, (join, leave) in plan.items():
+            if step == join:
+                args = random_request_args(rng) if rng.random() < 0.85 else {"specexit": False}
+                runner.add(rid, N_PROMPT, args)
+                sims[rid] = Sim(rng)
+                sims[rid].truth += [sims[rid].think_token() for _ in range(1000)]
+                if rng.random() < 0.3:  # thinking that ends on its own
+                    sims[rid].truth[rng.randrange(60, 300)] = THINK_END
+                cfgs[rid] = ExitConfig(min_think_tokens=50).with_overrides(
+                    {k.removeprefix("specexit_"): v for k, v in args.items() if k != "specexit"}
+                    | ({"enabled": False} if "specexit" in args else {})
+                )
+            if rid in sims and (step == leave or len(sims[rid].truth) < len(sims[rid].committed) + K + 2):
+                done[rid] = sims.pop(rid)
+                del runner.requests[rid]
+        batch, rows, joined = [], {}, set()
+        for rid, sim in sims.items():
+            if plan[rid][0] == step:  # its prefill row: the last prompt token
+                batch.append((rid, [7], N_PROMPT - 1))
+                rows[rid] = [raw_signals(-1)]
+                joined.add(rid)
+                continue
+            ins = sim.inputs(rng.choice([0, 1, K, K, K]))
+            g0 = len(sim.committed) - 1
+            batch.append((rid, ins, N_PROMPT + g0))
+            rows[rid] = [raw_signals(g0 + j) for j in range(len(ins))]
+        if not batch:
+            continue
+        if step % 7 == 0:
+            rng.shuffle(batch)  # vLLM reorders its batch now and then
+        flat = [r for rid, _, _ in batch for r in rows[rid]]
+        aux = [torch.tensor([[r[c]] for r in flat], dtype=torch.float32) for c in range(3)]
+        ex = runner.step(batch, aux, VOCAB)
+        state.before_sample(runner, ex)
+        forced = (ex.logits[:, THINK_END] == FORCE_LOGIT).tolist()
+        at = 0
+        for rid, ins, _ in batch:
+            if rid in joined:
+                assert not any(forced[at : at + len(ins)])
+            else:
+                sims[rid].verify(ins, forced[at : at + len(ins)])
+            at += len(ins)
+    done.update(sims)
+    assert state.counters["fallbacks"] == 0 and state.counters["hook_errors"] == 0
+    n_exits = 0
+    for rid, sim in done.items():
+        want = expected_exit(sim, cfgs[rid])
+        if want is None or want.index + 1 >= len(sim.committed):
+            assert sim.exit_at is None, rid  # no exit (or not yet committed when it left)
+            continue
+        n_exits += 1
+        assert sim.exit_at == want.index and sim.committed[want.index + 1] == THINK_END, rid
+    assert n_exits >= 4, n_exits
+    assert state.counters["exits"] >= n_exits - 3  # exits of requests that left right after are not counted
 
 
 def test_bad_settings_and_internal_errors_fall_back_per_request(monkeypatch, tmp_path):
