@@ -59,3 +59,13 @@ def teacher():
     from specexit_core.toy.paths import TEACHER_DIR
 
     return load_teacher(TEACHER_DIR)
+
+
+@pytest.fixture(scope="session")
+def qwen3_tokenizer():
+    """The shipped Qwen3 tokenizer (specexit_core/tokenizers/qwen3), loaded once."""
+    from transformers import AutoTokenizer
+
+    from specexit_core.tokenizers import QWEN3_TOKENIZER_DIR
+
+    return AutoTokenizer.from_pretrained(QWEN3_TOKENIZER_DIR)

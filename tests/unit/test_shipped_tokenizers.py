@@ -8,10 +8,12 @@ from specexit_core.tokenizers import QWEN3_TOKENIZER_DIR
 
 
 @pytest.fixture(scope="module")
-def qwen3():
-    from transformers import AutoTokenizer
+def qwen3(qwen3_tokenizer):
+    return qwen3_tokenizer
 
-    return AutoTokenizer.from_pretrained(QWEN3_TOKENIZER_DIR)
+
+def test_shipped_folder_is_where_the_fixture_loads_from(qwen3):
+    assert (QWEN3_TOKENIZER_DIR / "tokenizer.json").exists() and qwen3.name_or_path == str(QWEN3_TOKENIZER_DIR)
 
 
 def test_qwen3_vocabulary_and_think_tokens(qwen3):

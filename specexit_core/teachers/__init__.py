@@ -1,0 +1,1 @@
+"""Built-in teachers beyond the toy: realistic reasoning text for real vocabularies (issue #13)."""

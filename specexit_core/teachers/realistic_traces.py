@@ -1,0 +1,196 @@
+"""Reasoning text that is harder to cut than the toy's: the toy's arithmetic chains, written the way
+real reasoning models write (issue #13, item 3), for teachers with a real BPE vocabulary.
+
+What differs from `specexit_core.toy.traces`:
+- wording varies: several phrasings of a step, of a result, of a re-check ("Wait", "Hmm", "Let me
+  double-check", "Alternatively"); a paragraph holds one to three steps; the summary line is
+  sometimes missing; punctuation ends most paragraphs, so with byte-level BPE the break merges
+  with it (`.\\n\\n`, `:\\n\\n`, `?\\n\\n` are single Qwen3 / Llama-3 tokens);
+- a first-pass mistake is sometimes *silent*: a hard step gets a wrong value that carries through
+  to a stated (wrong) answer, and only a later re-check catches and fixes it. Exiting right after
+  the first stated answer is then wrong, so an exit that comes too early costs accuracy;
+- some slips are still caught at once ("Wait, ... not ..."), as in the toy.
+
+`trace_stats` measures the two properties the issue asks of such a teacher: the oracle's
+overthinking (share of think text after the final answer is first known) and the share of
+problems whose first stated answer is wrong.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from specexit_core.toy.task import Problem, apply, is_hard, problems
+from specexit_core.toy.traces import INVERSE, slipped_value
+
+BREAK = "\n\n"
+OP_WORDS = {"+": ("plus", "add"), "-": ("minus", "subtract"), "*": ("times", "multiply by")}
+
+
+@dataclass(frozen=True)
+class RealisticStyle:
+    """Knobs of the realistic teacher's writing (defaults: what the shipped teachers use)."""
+
+    silent_slip_prob: float = 0.16  # per problem: one hard step is wrong and caught only by a re-check
+    caught_slip_prob: float = 0.12  # per hard step: wrong, then "Wait, ..." at once
+    p_summary: float = 0.75  # a "So the answer is N." line after the first pass
+    min_rechecks: int = 1
+    max_rechecks: int = 6
+    p_no_recheck: float = 0.1  # close </think> right after the first pass (or after the fix)
+
+
+@dataclass
+class RealisticTrace:
+    problem: Problem
+    paragraphs: list[str]
+    answer_text: str
+    # the paragraph after which the final (correct) answer is first known: the oracle's exit
+    answer_known_after: int = 0
+    first_stated_answer: int | None = None  # what the first pass concluded
+    kinds: list[str] = field(default_factory=list)
+
+    @property
+    def think_text(self) -> str:
+        return "".join(p + BREAK for p in self.paragraphs)
+
+    @property
+    def completion(self) -> str:
+        """What the assistant writes after a generation prompt that opened `<think>`."""
+        return self.think_text + "</think>" + BREAK + self.answer_text
+
+    @property
+    def first_answer_wrong(self) -> bool:
+        return self.first_stated_answer is not None and self.first_stated_answer != self.problem.answer
+
+
+def _step(rng: random.Random, a: int, op: str, b: int, c: int) -> str:
+    word, verb = OP_WORDS[op]
+    return rng.choice(
+        (
+            f"{a} {op} {b} = {c}",
+            f"{a} {word} {b} is {c}",
+            f"{verb.capitalize()} {b}: {a} {op} {b} = {c}",
+            f"Then {a} {op} {b} gives {c}",
+        )
+    )
+
+
+def _result(rng: random.Random, ans: int) -> str:
+    return rng.choice(
+        (
+            f"So the answer is {ans}.",
+            f"Therefore, the result is {ans}.",
+            f"That gives {ans} as the final value.",
+            f"**Answer: {ans}**",
+        )
+    )
+
+
+def _first_pass(
+    rng: random.Random, p: Problem, style: RealisticStyle, silent_at: int | None
+) -> tuple[list[str], list[str], list[int]]:
+    """Paragraphs of 1-3 steps; the values the writer believes (wrong from `silent_at` on)."""
+    believed = [p.start]
+    paras, kinds, cur = [], [], []
+    for i, (op, b) in enumerate(p.steps):
+        a = believed[-1]
+        c = apply(a, op, b)
+        if i == silent_at:
+            c = slipped_value(a, op, b, rng)
+        elif is_hard(a, op, b) and rng.random() < style.caught_slip_prob:
+            wrong = slipped_value(a, op, b, rng)
+            paras.append(" ".join([*cur, _step(rng, a, op, b, wrong) + "."]))
+            kinds.append("slip")
+            cur = []
+            paras.append(rng.choice((f"Wait, {a} {op} {b} = {c}, not {wrong}.", f"Hmm, no: {a} {op} {b} is {c}.")))
+            kinds.append("correction")
+            believed.append(c)
+            continue
+        believed.append(c)
+        text = _step(rng, a, op, b, c)
+        cur.append((text if not cur else text[0].lower() + text[1:]) + rng.choice((".", ",", ";")))
+        if len(cur) >= rng.randint(1, 3):
+            paras.append(" ".join(cur)[:-1] + ".")
+            kinds.append("step")
+            cur = []
+    if cur:
+        paras.append(" ".join(cur)[:-1] + ".")
+        kinds.append("step")
+    return paras, kinds, believed
+
+
+def _recheck(rng: random.Random, p: Problem, believed: list[int]) -> tuple[str, str, bool]:
+    """One re-check paragraph. If the believed chain has a wrong step, this check finds the first
+    one and recomputes from there (kind "fix"); else it confirms (kinds vary in wording)."""
+    vals = p.values()
+    bad = next((i for i in range(len(p.steps)) if believed[i + 1] != vals[i + 1]), None)
+    if bad is not None:
+        op, b = p.steps[bad]
+        rest = ", ".join(f"{vals[j]} {o} {x} = {vals[j + 1]}" for j, (o, x) in enumerate(p.steps) if j > bad)
+        fix = rng.choice(("Wait, let me double-check", "Hmm, let me re-check step by step", "Let me verify that"))
+        tail = f" Then {rest}." if rest else ""
+        text = f"{fix}: {vals[bad]} {op} {b} = {vals[bad + 1]}, not {believed[bad + 1]}.{tail} {_result(rng, vals[-1])}"
+        return text, "fix", True
+    ans = vals[-1]
+    fwd = ", ".join(f"{vals[j]} {o} {x} = {vals[j + 1]}" for j, (o, x) in enumerate(p.steps))
+    bwd = ", ".join(f"{vals[j + 1]} {INVERSE[o]} {x} = {vals[j]}" for j, (o, x) in reversed(list(enumerate(p.steps))))
+    hard = [j for j, (o, x) in enumerate(p.steps) if is_hard(vals[j], o, x)] or [len(p.steps) - 1]
+    j = rng.choice(hard)
+    o, x = p.steps[j]
+    return (
+        rng.choice(
+            (
+                f"Let me double-check: {fwd}. Yes.",
+                f"Alternatively, go backwards: {bwd}. That matches.",
+                f"Hmm, is {vals[j]} {o} {x} really {vals[j + 1]}? Yes, it is.",
+                f"Quick sanity check of the last step: {vals[-2]} {p.steps[-1][0]} {p.steps[-1][1]} = {ans}.",
+                _result(rng, ans),
+            )
+        ),
+        "recheck",
+        False,
+    )
+
+
+def make_realistic_trace(p: Problem, rng: random.Random, style: RealisticStyle = RealisticStyle()) -> RealisticTrace:
+    vals = p.values()
+    hard = [i for i, (op, b) in enumerate(p.steps) if is_hard(vals[i], op, b)]
+    silent_at = rng.choice(hard) if hard and rng.random() < style.silent_slip_prob else None
+    paras, kinds, believed = _first_pass(rng, p, style, silent_at)
+    first = believed[-1]
+    if rng.random() < style.p_summary or silent_at is not None:  # a wrong pass always states its answer
+        paras.append(_result(rng, first))
+        kinds.append("summary")
+    known_after = len(paras) - 1 if silent_at is None else None
+    n = 0 if rng.random() < style.p_no_recheck else rng.randint(style.min_rechecks, style.max_rechecks)
+    n = max(n, 1 if silent_at is not None else 0)  # the silent slip is always caught eventually
+    for _ in range(n):
+        text, kind, fixed = _recheck(rng, p, believed)
+        paras.append(text)
+        kinds.append(kind)
+        if fixed:
+            believed = vals
+            known_after = len(paras) - 1
+    return RealisticTrace(
+        problem=p,
+        paragraphs=paras,
+        answer_text=rng.choice((f"The answer is {vals[-1]}.", f"**{vals[-1]}**", f"Result: {vals[-1]}")),
+        answer_known_after=known_after,
+        first_stated_answer=first,
+        kinds=kinds,
+    )
+
+
+def trace_stats(n: int = 2000, seed: int = 0, style: RealisticStyle = RealisticStyle()) -> dict:
+    """Oracle overthinking (share of think characters after the paragraph where the final answer is
+    first known) and the share of problems whose first stated answer is wrong."""
+    rng = random.Random(seed)
+    over, wrong = [], 0
+    for p in problems("train", n, seed=seed):
+        t = make_realistic_trace(p, rng, style)
+        total = len(t.think_text)
+        kept = sum(len(x) + len(BREAK) for x in t.paragraphs[: t.answer_known_after + 1])
+        over.append(1 - kept / total)
+        wrong += t.first_answer_wrong
+    return {"n": n, "oracle_overthinking": sum(over) / n, "first_answer_wrong_share": wrong / n}
