@@ -120,7 +120,7 @@ class TieredKVConnector(KVConnectorBase_V1):
         if len(kv_cache_config.kv_cache_groups) != 1:
             raise ValueError(f"{type(self).__name__} supports one KV cache group (uniform attention layers)")
         self.block_size = kv_cache_config.kv_cache_groups[0].kv_cache_spec.block_size
-        ns = namespace(_identity(vllm_config, self.settings, self.block_size))
+        self.namespace = ns = namespace(_identity(vllm_config, self.settings, self.block_size))
         directory = self.settings.directory
         if role == KVConnectorRole.SCHEDULER:
             spec = vllm_config.speculative_config
@@ -268,7 +268,7 @@ class TieredKVConnector(KVConnectorBase_V1):
 
     def stats(self) -> dict[str, Any]:
         """The connector's own counters: the scheduler's and the workers' (latest report)."""
-        return {"scheduler": dict(self.sched_stats), "worker": dict(self.worker_stats)}
+        return {"namespace": self.namespace, "scheduler": dict(self.sched_stats), "worker": dict(self.worker_stats)}
 
     def _write_stats(self) -> None:
         if not self.settings.stats_dir:

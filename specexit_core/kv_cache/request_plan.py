@@ -104,13 +104,15 @@ class RequestPlanner:
             elif new_ids:
                 r.block_ids.extend(new_ids)
         computed_of = {rid: c for rid, _, c in new} | {rid: c for rid, _, _, c in cached}
+        planned: set[str] = set()  # requests sharing a prefix in one step save it once
         for req_id, computed in computed_of.items():
             r = self._reqs.get(req_id)
             if r is None or r.cursor >= len(r.keys):
                 continue
             full = min((computed + num_scheduled.get(req_id, 0)) // self.block_size, len(r.keys), len(r.block_ids))
             for i in range(r.cursor, full):
-                if locate(r.keys[i]) is None:
+                if r.keys[i] not in planned and locate(r.keys[i]) is None:
+                    planned.add(r.keys[i])
                     plan.saves.append((r.block_ids[i], r.keys[i]))
             r.cursor = max(r.cursor, full)
         return plan

@@ -64,6 +64,16 @@ def test_held_blocks_are_not_saved_again_and_untracked_requests_never():
     assert plan.saves == [(2, keys[1])]
 
 
+def test_requests_sharing_a_prefix_in_one_step_save_it_once():
+    prompt = list(range(8))
+    keys = prefix_block_keys(NS, prompt, BS)
+    p = planner()
+    p.track("a", prompt)
+    p.track("b", prompt)
+    plan = p.step([("a", [1, 2], 0), ("b", [3, 4], 0)], [], {"a": 8, "b": 8}, lambda k: None)
+    assert plan.saves == [(1, keys[0]), (2, keys[1])]
+
+
 def test_resumed_request_replaces_its_blocks():
     prompt = list(range(8))
     keys = prefix_block_keys(NS, prompt, BS)
