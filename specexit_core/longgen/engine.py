@@ -76,6 +76,10 @@ class LongGenResult:
     token_ids: list[int]
     stats: LongGenStats = field(default_factory=LongGenStats)
 
+    @property
+    def wall_s(self) -> float:
+        return self.stats.wall_s
+
 
 class LongGenEngine:
     def __init__(self, model, heads: DraftHeads | None, cfg: LongGenConfig | None = None):
