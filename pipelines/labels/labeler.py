@@ -138,8 +138,14 @@ class ProbeLabeler:
         import psutil
 
         open(marker, "w").close()
-        for child in psutil.Process().children(recursive=True):
+        children = psutil.Process().children(recursive=True)
+        for child in children:
             child.send_signal(signal.SIGKILL)
+        psutil.wait_procs(children, timeout=10)
+        for _ in range(100):  # until vLLM's liveness monitor has noticed (then every call raises)
+            if engine_dead(RuntimeError(), self.llm):
+                break
+            time.sleep(0.1)
         print(f"[labels] test hook: killed the engine core after {self.batches} batches", flush=True)
 
     def _generate(self, prompts: list[list[int]]) -> list[str]:
