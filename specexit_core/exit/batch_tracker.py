@@ -8,9 +8,8 @@ whether `</think>` was seen, whether the tracker has decided -- next to the requ
 (alpha, the three thresholds, the signals its method uses, min/max think tokens), and `scan` folds
 one step's tokens of many requests with a handful of array operations per token column.
 
-The rules are ExitTracker's, not a copy of its arithmetic: the EWMA is `smoothing.ewma_step` applied
-column by column (the same float64 operations in the same order, so the same bits), the comparison
-is `thresholds.signal_passes`. tests/unit/test_batch_tracker.py checks decision, index, think tokens,
+The rules are ExitTracker's: the EWMA is `smoothing.ewma_columns` (`ewma_step`'s float64 operations,
+column by column, so the same bits), the comparison `thresholds.signal_passes`. tests/unit/test_batch_tracker.py checks decision, index, think tokens,
 smoothed values and errors against `ExitTracker` over many random streams.
 
 One row of a scan is one request's step, as the hook feeds an `ExitTracker`:
@@ -36,7 +35,7 @@ import numpy as np
 
 from specexit_core.exit.settings import ExitConfig
 from specexit_core.exit.signal_names import SIGNALS
-from specexit_core.exit.smoothing import ewma_step
+from specexit_core.exit.smoothing import ewma_columns
 from specexit_core.exit.thresholds import signal_passes
 
 DECISION, BUDGET, ERROR = "signals", "max_think_tokens", "error"
@@ -121,61 +120,79 @@ class BatchTrackers:
         caller's to drop), and returns the first event of every row that has one (most have none)."""
         width, n = tok.shape
         p = n_commit
+        # Most steps hold no `</think>`, rows that all have an average and are past min_think_tokens,
+        # no budget in reach and finite signals: each of those cases skips its arrays (None below).
         is_end = valid & (tok == self.think_end)
-        ended_before = _shifted_or(is_end, self.ended[slots])
-        is_think = valid & ~(ended_before | is_end | (tok == self.think_start))
-        has_before = _shifted_or(is_think, self.has[slots])
-        think = np.cumsum(is_think, axis=0)
-        think += self.think[slots]
-        finite = np.isfinite(x).all(axis=2)
-        all_finite = bool(finite.all())
+        ended0 = self.ended[slots]
+        ended_before = _shifted_or(is_end, ended0) if is_end.any() or ended0.any() else None
+        not_think = tok == self.think_start
+        if ended_before is not None:
+            not_think |= ended_before | is_end
+        is_think = valid & ~not_think
+        has0 = self.has[slots]
+        has_before = None if has0.all() else _shifted_or(is_think, has0)
+        think0, min_think, max_think = self.think[slots], self.min_think[slots], self.max_think[slots]
+        budget_rows = (max_think != _NO_BUDGET) & (think0 + width >= max_think)
+        budgets = bool(budget_rows.any())
+        think = None  # think tokens up to each column, where a rule needs them
+        if budgets or not (think0 >= min_think).all():
+            think = np.cumsum(is_think, axis=0)
+            think += think0
+        all_finite = bool(np.isfinite(x.sum()))  # a sum is finite only if every value is (else: check each)
+        finite = None if all_finite else np.isfinite(x).all(axis=2)
         xs = x if all_finite else np.where(finite[..., None], x, 0.0)  # never reaches a used average
         # weight of each column's value: alpha, 1 for the first think token (starts the EWMA), 0 for
-        # non-think tokens -- then ewma_step(e, x, w) is the tracker's step, or e, bit for bit.
-        w = np.where(is_think, np.where(has_before, self.alpha[slots], 1.0), 0.0)[..., None]
-        before = np.empty((width, n, len(SIGNALS)))  # EWMA over the think tokens before each column
-        e = self.ema[slots]
-        e_commit = e
-        for c in range(width):
-            before[c] = e
-            e = ewma_step(e, xs[c], w[c])
-            if c == p - 1:
-                e_commit = e
-        split = valid & self._is_split[np.clip(tok, -1, len(self._is_split) - 1)]  # -1 and past: False
-        max_think = self.max_think[slots]
-        budgets = bool((max_think != _NO_BUDGET).any())
-        budget = is_think & (think == max_think) if budgets else np.zeros_like(is_think)
-        cand = is_think & split & has_before & (think >= self.min_think[slots])
-        if budgets:
+        # non-think tokens -- then each column is the tracker's ewma_step, or nothing, bit for bit.
+        alpha = self.alpha[slots]
+        w = np.where(is_think, alpha if has_before is None else np.where(has_before, alpha, 1.0), 0.0)
+        before = ewma_columns(self.ema[slots], xs, w[..., None])  # [L + 1, N, 3]: EWMA before each column
+        # split tokens by lookup; ids past the table read its last entry (False); invalid columns are masked
+        split = valid & np.take(self._is_split, tok, mode="clip")
+        budget = is_think & (think == max_think) if budgets else None
+        cand = is_think & split
+        if has_before is not None:
+            cand &= has_before
+        if think is not None:
+            cand &= think >= min_think
+        if budget is not None:
             cand &= ~budget
-        stop = budget | self._passes(slots, before, cand) if cand.any() else budget
+        stop = self._passes(slots, before, cand) if cand.any() else None
+        if budget is not None:
+            stop = budget if stop is None else stop | budget
         err = None
         if not all_finite:
             err = np.zeros((width, n), bool)
             err[:p] = valid[:p] & ~finite[:p]  # committed: the token's own signal, given first
             if width > p + 1:  # drafts: the previous draft's signal, given before the draft (look-ahead only)
-                think_commit = think[p - 1] if p else self.think[slots]
+                think_commit = think0 + is_think[:p].sum(axis=0)
                 look_ahead = split[p:].any(axis=0) | (
                     (max_think != _NO_BUDGET) & (think_commit + valid[p:].sum(axis=0) >= max_think)
                 )
-                err[p + 1 :] = valid[p + 1 :] & ~finite[p:-1] & ~ended_before[p + 1 :] & look_ahead
-            stop = stop | err
-        if p:  # the committed state moves for every row
+                err[p + 1 :] = valid[p + 1 :] & ~finite[p:-1] & look_ahead
+                if ended_before is not None:
+                    err[p + 1 :] &= ~ended_before[p + 1 :]
+            stop = err if stop is None else stop | err
+        if p:  # the committed state moves for every row (rows that stop are frozen or dropped below)
             last = p - 1
-            self.ema[slots] = e_commit
-            self.has[slots] = has_before[last] | is_think[last]
-            self.think[slots] = think[last]
-            self.ended[slots] = ended_before[last] | is_end[last]
+            self.ema[slots] = before[p]
+            self.has[slots] = True if has_before is None else has_before[last] | is_think[last]
+            self.think[slots] = think0 + is_think[:p].sum(axis=0) if think is None else think[last]
+            if ended_before is not None:
+                self.ended[slots] = ended_before[last] | is_end[last]
+        if stop is None:
+            return []
         events = []
         for r in np.flatnonzero(stop.any(axis=0)).tolist():
-            col = stop[:, r]
-            c = int(np.argmax(col))
-            kind = ERROR if err is not None and err[c, r] else BUDGET if budget[c, r] else DECISION
+            c = int(np.argmax(stop[:, r]))
+            kind = (
+                ERROR if err is not None and err[c, r] else BUDGET if budget is not None and budget[c, r] else DECISION
+            )
             smoothed = dict(zip(SIGNALS, before[c, r].tolist())) if kind == DECISION else {}
-            events.append(ScanEvent(r, c, c < p, kind, int(think[c, r]), smoothed))
+            n_think = int(think0[r] + is_think[: c + 1, r].sum())
+            events.append(ScanEvent(r, c, c < p, kind, n_think, smoothed))
             if c < p and kind != ERROR:  # decided on a committed token: frozen from here on
                 self.exited[slots[r]] = True
-                self.think[slots[r]] = think[c, r]
+                self.think[slots[r]] = n_think
         return events
 
     def _passes(self, slots: np.ndarray, before: np.ndarray, cand: np.ndarray) -> np.ndarray:
@@ -183,12 +200,14 @@ class BatchTrackers:
         average), each row with its own thresholds and method."""
         cols, rows = np.nonzero(cand)
         s = slots[rows]
-        thr = SimpleNamespace(**{f"{name}_threshold": self.thresholds[s, i] for i, name in enumerate(SIGNALS)})
-        ok = np.ones(len(rows), bool)
+        values, thr = before[cols, rows], self.thresholds[s]  # [M, 3] each
+        ns = SimpleNamespace(**{f"{name}_threshold": thr[:, i] for i, name in enumerate(SIGNALS)})
+        passed = self.used[s]
+        np.logical_not(passed, out=passed)  # signals the method does not use pass
         for i, name in enumerate(SIGNALS):
-            ok &= ~self.used[s, i] | signal_passes(name, before[cols, rows, i], thr)
+            passed[:, i] |= signal_passes(name, values[:, i], ns)
         out = np.zeros(cand.shape, bool)
-        out[cols, rows] = ok
+        out[cols, rows] = passed.all(axis=1)
         return out
 
 

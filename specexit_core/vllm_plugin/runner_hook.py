@@ -79,12 +79,14 @@ class SpecExitRunnerState:
             split_token_ids=self.split_ids, think_start_id=self.think_start, think_end_id=self.think_end
         )
         self.rows = CommittedRows()
-        self.follow = np.zeros(self.trackers.capacity + 1, bool)  # per slot: live (last entry: no slot)
+        # per slot (the last entry answers for "no slot", always False): followed, exit pending
+        self.follow = np.zeros(self.trackers.capacity + 1, bool)
+        self.pending = np.zeros(self.trackers.capacity + 1, bool)
         self.slot_req: dict[int, str] = {}
         self.reqs: dict[str, _ReqState] = {}
         self._batch: list[str] = []  # last step's request ids, and their slots (-1: none)
         self._slots = np.zeros(0, np.int64)
-        self._last_drafts: tuple[list[int] | None, np.ndarray] = (None, np.zeros(0, np.int64))
+        self._last_drafts: tuple = (None, None, None)
         self.counters = {
             "requests": 0,
             "exits": 0,
@@ -116,6 +118,7 @@ class SpecExitRunnerState:
                 self.rows.reset(st.slot, rs.num_prompt_tokens)
                 if st.slot + 1 >= len(self.follow):
                     self.follow = np.concatenate([self.follow, np.zeros(len(self.follow), bool)])
+                    self.pending = np.concatenate([self.pending, np.zeros(len(self.pending), bool)])
                 self.follow[st.slot] = True
                 self.slot_req[st.slot] = req_id
             self.metrics.request(st.cfg.enabled)
@@ -129,7 +132,7 @@ class SpecExitRunnerState:
                     think = int(self.trackers.think[st.slot])
                     self.counters["think_tokens"] += think
                     self.metrics.finished(think)
-                self.follow[st.slot] = False
+                self.follow[st.slot] = self.pending[st.slot] = False
                 self.slot_req.pop(st.slot, None)
                 self.trackers.free(st.slot)
 
@@ -137,7 +140,7 @@ class SpecExitRunnerState:
         """This request runs on without SpecExit; the engine and every other request are untouched."""
         st.pending, st.fallback, st.done = None, reason, True
         if st.slot is not None:
-            self.follow[st.slot] = False
+            self.follow[st.slot] = self.pending[st.slot] = False
         self.counters["fallbacks"] += 1
         log.warning("specexit: request %s continues without early exit: %s", req_id, reason)
         self.events.append(FALLBACKS, {"req_id": req_id, "fallback": reason})
@@ -168,9 +171,7 @@ class SpecExitRunnerState:
         if not follow.any():
             return  # SpecExit off or over for the whole batch: no device work at all
         sig, tok, pos = self._host_rows(runner, sdm, aux)
-        n_drafts = self._n_drafts(sdm.num_draft_tokens)
-        start = np.zeros(num_reqs, np.int64)
-        np.cumsum(n_drafts[:-1] + 1, out=start[1:])
+        n_drafts, start = self._n_drafts(sdm.num_draft_tokens)
         gen0 = self.rows.gen0(slots, pos[start])
         sel = np.flatnonzero(follow & (gen0 >= 0))  # gen0 < 0: a prefill row (its input is a prompt token)
         if len(sel) == 0:
@@ -187,10 +188,10 @@ class SpecExitRunnerState:
             )
         self.rows.advance(s, stream.gen0, cur_tok, cur_sig, n_drafts[sel] + 1)
         # Python per request only where needed: an event, lost track, a pending exit or thinking over
-        todo: dict[int, ScanEvent | None] = {int(r): None for r in np.flatnonzero(stream.lost)}
+        todo: dict[int, ScanEvent | None] = {r: None for r in np.flatnonzero(stream.lost).tolist()}
         for ev in events:
             todo[int(scan[ev.row])] = ev
-        for r in np.flatnonzero(self.trackers.exited[s] | self.trackers.ended[s]).tolist():
+        for r in np.flatnonzero(self.pending[s] | self.trackers.exited[s] | self.trackers.ended[s]).tolist():
             todo.setdefault(r, None)
         for r in sorted(todo):
             req_id = self.slot_req[int(s[r])]
@@ -204,12 +205,15 @@ class SpecExitRunnerState:
                 with torch.inference_mode():  # the logits are inference tensors
                     exec_state.logits[int(start[sel[r]]) + j, self.think_end] = FORCE_LOGIT
 
-    def _n_drafts(self, num_draft_tokens: list[int]) -> np.ndarray:
-        if num_draft_tokens != self._last_drafts[0]:  # usually the same list as last step
-            self._last_drafts = (list(num_draft_tokens), np.asarray(num_draft_tokens, np.int64))
-        return self._last_drafts[1]
+    def _n_drafts(self, num_draft_tokens: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        """Drafts per request and each request's first logit row (usually the same as last step)."""
+        if num_draft_tokens != self._last_drafts[0]:
+            n = np.asarray(num_draft_tokens, np.int64)
+            start = np.zeros(len(n), np.int64)
+            np.cumsum(n[:-1] + 1, out=start[1:])
+            self._last_drafts = (list(num_draft_tokens), n, start)
+        return self._last_drafts[1], self._last_drafts[2]
 
-    @torch.inference_mode()
     def _host_rows(self, runner, sdm, aux) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(signals [R, 3], token ids [R], positions [R]) of the logit rows, in ONE device->host
         transfer: signals activated on the device (float64, as the reference computes them), token
@@ -258,6 +262,7 @@ class SpecExitRunnerState:
             elif st.exit is None and (st.pending is None or st.pending[0] != gen):
                 log.warning("specexit: exit for %s at token %d was not forced in time", req_id, gen)
         slot = st.slot
+        self.pending[slot] = st.pending is not None
         if st.pending is None and (self.trackers.exited[slot] or self.trackers.ended[slot]):
             st.done = True  # answer tokens cost nothing from here on
             self.follow[slot] = False
@@ -300,7 +305,9 @@ def _by_column(tok, sig, start, n_drafts, sel):
     [K+1, N] (K: the step's most drafts; a request with fewer repeats its last row, masked)."""
     k1 = int(n_drafts.max()) + 1
     if len(tok) == len(start) * k1:  # every request has K drafts (the usual decode step)
-        t, x = tok.reshape(-1, k1)[sel], sig.reshape(-1, k1, 3)[sel]
+        t, x = tok.reshape(-1, k1), sig.reshape(-1, k1, 3)
+        if len(sel) < len(start):
+            t, x = t[sel], x[sel]
         return np.ascontiguousarray(t.T, np.int64), np.ascontiguousarray(x.transpose(1, 0, 2)), np.ones(t.T.shape, bool)
     nd = n_drafts[sel]
     idx = start[sel] + np.minimum(np.arange(k1)[:, None], nd)
