@@ -23,7 +23,7 @@ import torch
 
 from pipelines.train_draft.config import TrainDraftConfig
 from specexit_core.draft.checkpoint import load_draft, save_draft
-from specexit_core.draft.config import DraftConfig
+from specexit_core.draft.config import DraftConfig, vllm_default_aux_layer_ids
 from specexit_core.draft.model import SpecExitDraft
 from specexit_core.training.collate import collate
 from specexit_core.training.loss import LossConfig
@@ -34,11 +34,9 @@ DRAFT_SUBDIR = "draft"
 
 
 def default_aux_layers(n_layers: int) -> tuple[int, int, int]:
-    """vLLM's EAGLE-3 default (2, L//2, L-3); tiny targets must configure their own."""
-    ids = (2, n_layers // 2, n_layers - 3)
-    if len(set(ids)) != 3 or min(ids) < 0:
-        raise ValueError(f"default aux layers {ids} are invalid for a {n_layers}-layer target; set aux_layer_ids")
-    return ids
+    """vLLM's EAGLE-3 default (2, L//2, L-3); tiny targets must configure their own. The rule's one home
+    is `vllm_default_aux_layer_ids` (published heads that name no layers get it too)."""
+    return vllm_default_aux_layer_ids(n_layers)
 
 
 def build_draft(

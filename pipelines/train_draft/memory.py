@@ -30,7 +30,7 @@ def recipe_shape(cfg: TrainDraftConfig, *, device_type: str, seq_len: int | None
     `seq_len`, else the recipe's `max_seq_len`, else the target's maximum positions (an upper bound)."""
     tcfg = target_config(cfg.target)
     if cfg.init_draft and Path(cfg.init_draft, "config.json").exists():
-        dcfg = read_config(cfg.init_draft)
+        dcfg = read_config(cfg.init_draft, target_num_layers=tcfg.num_hidden_layers)  # a head may name no aux layers
     elif cfg.draft_vocab_size is not None:
         dcfg = DraftConfig.for_target(
             tcfg,

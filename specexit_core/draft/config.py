@@ -41,9 +41,13 @@ def vllm_default_aux_layer_ids(target_num_layers: int) -> tuple[int, int, int]:
     vllm/model_executor/models/interfaces.py, used by `_setup_eagle3_aux_hidden_state_outputs` in
     vllm/v1/worker/gpu_model_runner.py and by vllm/v1/worker/gpu/spec_decode/eagle/eagle3_utils.py).
     Same index convention as `aux_layer_ids` (i = the input of target layer i)."""
-    if target_num_layers < 6:
-        raise ValueError(f"vLLM's default EAGLE-3 layers need a target of >= 6 layers, got {target_num_layers}")
-    return (2, target_num_layers // 2, target_num_layers - 3)
+    ids = (2, target_num_layers // 2, target_num_layers - 3)
+    if len(set(ids)) != 3 or min(ids) < 0:  # a target under 7 layers: vLLM would repeat a layer
+        raise ValueError(
+            f"vLLM's default EAGLE-3 layers {ids} are invalid for a {target_num_layers}-layer target; "
+            "name the layers (aux_layer_ids / eagle_aux_hidden_state_layer_ids)"
+        )
+    return ids
 
 
 def aux_layer_ids_in(d: Mapping[str, Any]) -> tuple[int, ...] | None:

@@ -198,8 +198,10 @@ def test_all_stock_llama_layer_names_are_accepted():
 
 def test_vllm_default_layers():
     assert vllm_default_aux_layer_ids(36) == (2, 18, 33)  # Qwen3-4B / 8B
-    with pytest.raises(ValueError, match=">= 6 layers"):
-        vllm_default_aux_layer_ids(4)
+    for tiny in (4, 6):  # (2, 2, 1), (2, 3, 3): vLLM would repeat a layer
+        with pytest.raises(ValueError, match="invalid for a"):
+            vllm_default_aux_layer_ids(tiny)
+    assert vllm_default_aux_layer_ids(7) == (2, 3, 4)
 
 
 def test_convert_of_a_published_head_names_its_layers_and_is_complete(tmp_path):
