@@ -90,6 +90,12 @@ def cmd_bench_vllm(args: argparse.Namespace) -> int:
     return bench_main(n=args.n, as_json=args.json, exit_config=args.exit_config)
 
 
+def cmd_bench_reference(args: argparse.Namespace) -> int:
+    from specexit_core.bench.reference_bench import main as bench_main
+
+    return bench_main(n=args.n, as_json=args.json, exit_config=args.exit_config)
+
+
 def cmd_bench_hook(args: argparse.Namespace) -> int:
     from specexit_core.bench.hook_bench import main as bench_main
 
@@ -200,6 +206,13 @@ def build_parser() -> argparse.ArgumentParser:
         "default: the draft's defaults",
     )
     bv.set_defaults(func=cmd_bench_vllm)
+    br = be.add_parser(
+        "reference", help="the `bench vllm` methods on the reference PyTorch engine (same JSON keys; one line)"
+    )
+    br.add_argument("--n", type=int, default=50)
+    br.add_argument("--json", action="store_true", help="print the result as one JSON line (the last line)")
+    br.add_argument("--exit-config", help="calibrated exit JSON for the specexit method (as in `bench vllm`)")
+    br.set_defaults(func=cmd_bench_reference)
     bh = be.add_parser("hook", help="microseconds the SpecExit vLLM hook adds per engine step (synthetic runner state)")
     bh.add_argument("--sizes", type=int, nargs="+", default=[1, 16, 64, 256], help="running requests per step")
     bh.add_argument("--steps", type=int, default=40, help="timed steps per size")
