@@ -290,3 +290,20 @@ def test_train_draft_init_from_a_published_head_without_aux_layers(tmp_path):
     se = read_config(init)
     assert se.aux_layer_ids == (2, 4, 5) and se.signals == SIGNALS
     assert torch.equal(d2t, head_tensors(cfg)["d2t"]) and int(t2d.sum()) == N
+
+
+def test_our_stock_export_has_the_published_keys_and_tensor_names(tmp_path):
+    """Issue 13 item 5 the other way round: what we write reads like a published head."""
+    from safetensors.torch import load_file
+
+    from specexit_core.draft.checkpoint import save_draft
+
+    cfg = DraftConfig.from_hf_json(QWEN3_HEAD)
+    d = SpecExitDraft(cfg.replace(signals=()))
+    out = save_draft(d, tmp_path / "ours", include_embed=False)
+    j = json.loads((out / "config.json").read_text())
+    shared = set(LLAMA31_HEAD) - {"bos_token_id", "eos_token_id", "pad_token_id", "initializer_range"}
+    shared -= {"transformers_version", "use_cache"}
+    assert shared <= set(j) and j["architectures"] == ["LlamaForCausalLMEagle3"] and j["model_type"] == "llama"
+    assert sorted(load_file(str(out / "model.safetensors"))) == sorted(HEAD_TENSORS)
+    assert DraftConfig.from_hf_json(j) == cfg.replace(signals=())
