@@ -6,7 +6,6 @@ summary per part, which drives the progress log and the final tally.
 
 from __future__ import annotations
 
-import glob
 import logging
 import os
 import signal
@@ -78,11 +77,18 @@ def _maybe_die(folder: str, driver_pid: int, parts_before: int, after: int) -> N
 
 
 def _maybe_die_after_commit(folder: str, name: str, first_n: int) -> None:
+    """Die once per part, for at most `first_n` parts: each death claims a numbered slot with an
+    exclusive create, so concurrent writers cannot exceed the count."""
     marker = os.path.join(folder, DIED_MARKER + name)
-    if os.path.exists(marker) or len(glob.glob(os.path.join(folder, DIED_MARKER + "*"))) >= first_n:
+    if os.path.exists(marker):  # this is the retry
         return
-    open(marker, "w").close()
-    os._exit(1)
+    for k in range(first_n):
+        try:
+            os.close(os.open(os.path.join(folder, f"{DIED_MARKER}slot-{k}"), os.O_CREAT | os.O_EXCL))
+        except FileExistsError:
+            continue
+        open(marker, "w").close()
+        os._exit(1)
 
 
 def write_parts(ds, *, folder: str, schema_name: str, chunk_rows: int, total: int, stage: str) -> dict:
