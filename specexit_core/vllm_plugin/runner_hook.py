@@ -5,12 +5,18 @@ request the step's logit rows are [last committed token, draft_1 .. draft_k]; ro
 token after input j. We compute the signals of the inputs from the target's aux hidden states
 with the draft's `fc` signal rows (no extra forward pass), then replay the exit policy:
 
-* committed tokens go through the request's persistent `ExitTracker` (signals of every earlier
-  committed token are known);
-* drafts go through a copy of it, hypothetically: if input j is a split token whose check passes,
-  row j's `</think>` logit is set to 1e9. If drafts 1..j are accepted, the token after the split
-  token is `</think>` -- exactly where the reference engine puts it; if one is rejected earlier,
-  nothing happened and the next step decides again from the committed text.
+* committed tokens move the request's exit state (signals of every earlier committed token are
+  known);
+* drafts are looked at from a copy of it, hypothetically: if input j is a split token whose check
+  passes, row j's `</think>` logit is set to 1e9. If drafts 1..j are accepted, the token after the
+  split token is `</think>` -- exactly where the reference engine puts it; if one is rejected
+  earlier, nothing happened and the next step decides again from the committed text.
+
+The exit state is `ExitTracker`'s, kept for all requests in batch-wide arrays (`BatchTrackers`, one
+slot per request) and advanced by one numpy scan per step for the whole batch, so a step costs a
+fixed number of array operations, not Python per token; Python runs per request only for a new
+request, an exit decision, a pending exit, a fallback or thinking just over (the hook's cost:
+docs/dev/vllm-0.32-internals.md §9).
 
 Committed tokens are reconstructed from the step inputs alone (device `input_ids`/`positions` at
 the logit rows): last step's inputs below this step's first position were committed, and input 0
@@ -20,8 +26,8 @@ step, trimmed a step later; the device buffers hold the real tokens and position
 them on the device in `_prepare_inputs`). So the hook is the same with and without async.
 
 The decision depends only on the committed tokens and their signals, never on how many drafts a
-step accepted. A request whose exit logic fails (bad settings, lost track of its tokens) falls
-back to no exit, with a `fallbacks-<pid>.jsonl` event; the engine and the other requests go on.
+step accepted. A request whose exit logic fails (bad settings, lost track of its tokens, non-finite
+signals) falls back to no exit, with a `fallbacks-<pid>.jsonl` event; the engine and the other requests go on.
 """
 
 from __future__ import annotations
