@@ -9,6 +9,11 @@ of the tokens are split tokens, and every request has SpecExit on (the costly ca
 `step_us_without_hook` is the sampling work of the same step without the hook, for scale: greedy
 rejection sampling of those logits (argmax per row, accept the drafts' longest matching prefix).
 The synthetic state (`SyntheticDrafter`, `SyntheticRunner`) is also what the hook's unit tests use.
+
+Output: a `setup` line (with the load average before and after: on a shared machine other jobs
+inflate every figure), a `detail` line (min and median per size; the min is the closest to the
+cost itself), and last the public line `{"hook_us_per_step": ..., "step_us_without_hook": ...}`
+(means per step).
 """
 
 from __future__ import annotations
