@@ -16,7 +16,7 @@ import time
 import torch
 
 from specexit_core.longgen.engine import LongGenConfig, LongGenEngine
-from specexit_core.longgen.heads import save_heads
+from specexit_core.longgen.heads import load_heads, save_heads
 from specexit_core.longgen.partial_kv import PartialKVConfig
 from specexit_core.longgen.penalty import PenaltyConfig, penalise
 from specexit_core.longgen.plain import NO_PENALTY, plain_decode
@@ -71,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=2, help="wall time = the fastest of this many runs (shared CPUs)")
     ap.add_argument("--train-steps", type=int, default=300)
     ap.add_argument("--train-seqs", type=int, default=64)
+    ap.add_argument("--heads", default=None, help="load trained heads from here instead of training them")
     ap.add_argument("--heads-out", default="runs/longgen/toy_heads", help="where the trained heads are saved")
     ap.add_argument("--json", action="store_true", help="end with one line {'heads': ..., 'rows': [...]}")
     args = ap.parse_args(argv)
@@ -83,18 +84,12 @@ def main(argv: list[str] | None = None) -> int:
 
     model, tok = load_teacher(TEACHER_DIR)
     lengths = [int(x) for x in args.lengths.split(",")]
-    train_prompts = [prompt_ids(tok, p) for p in task.problems("train", args.train_seqs + 8, seed=1)]
-    t0 = time.perf_counter()
-    half = args.train_seqs // 2  # half plain, half with the penalty: the heads see both regimes
-    seqs = teacher_continuations(model, train_prompts[:half], max(lengths), 0.7, 0, NO_PENALTY)
-    seqs += teacher_continuations(model, train_prompts[half : args.train_seqs], max(lengths), 0.7, 1, DEMO_PENALTY)
-    held = teacher_continuations(model, train_prompts[args.train_seqs :], max(lengths), 0.7, 2, NO_PENALTY)
-    gen_s = time.perf_counter() - t0
     eng = LongGenEngine(model, None, LongGenConfig(partial_kv=TOY_KV))
-    heads, info = train_heads(eng.target, seqs, HeadTrainConfig(steps=args.train_steps))
-    info.update(data_s=gen_s, head_top1=head_accuracy(heads, eng.target, held))
-    save_heads(heads, args.heads_out)
-    print(f"heads: {json.dumps(info)} -> {args.heads_out}")
+    if args.heads:
+        heads, info = load_heads(args.heads, dtype=eng.target.dtype), {"loaded": args.heads}
+    else:
+        heads, info = _train(model, tok, eng, args, max(lengths))
+    print(f"heads: {json.dumps(info)}")
 
     variants = {
         "ngram": (None, TreeConfig()),
@@ -141,6 +136,24 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps({"heads": info, "rows": rows}))
     return 0 if all(r["identical_to_plain"] for r in rows) else 1
+
+
+def _train(model, tok, eng: LongGenEngine, args, length: int):
+    """Heads trained on the teacher's own sampled continuations (half of them with the penalty on)."""
+    from specexit_core.toy import task
+    from specexit_core.toy.teacher_eval import prompt_ids
+
+    prompts = [prompt_ids(tok, p) for p in task.problems("train", args.train_seqs + 8, seed=1)]
+    t0 = time.perf_counter()
+    half = args.train_seqs // 2
+    seqs = teacher_continuations(model, prompts[:half], length, 0.7, 0, NO_PENALTY)
+    seqs += teacher_continuations(model, prompts[half : args.train_seqs], length, 0.7, 1, DEMO_PENALTY)
+    held = teacher_continuations(model, prompts[args.train_seqs :], length, 0.7, 2, NO_PENALTY)
+    gen_s = time.perf_counter() - t0
+    heads, info = train_heads(eng.target, seqs, HeadTrainConfig(steps=args.train_steps))
+    info.update(data_s=gen_s, head_top1=head_accuracy(heads, eng.target, held), saved=str(args.heads_out))
+    save_heads(heads, args.heads_out)
+    return heads, info
 
 
 def _fastest(repeats: int, fn, *args, **kwargs):

@@ -63,12 +63,15 @@ class CandidateTree:
     def attention_mask(self) -> torch.Tensor:
         """[N, N] bool: node i sees node j iff j is i or one of its ancestors (nodes are in parent-first order)."""
         n = len(self.tokens)
-        mask = torch.zeros(n, n, dtype=torch.bool)
+        chains: list[list[int]] = []
+        rows: list[int] = []
         for i in range(n):
-            mask[i, i] = True
             p = self.parents[i]
-            if p >= 0:
-                mask[i] |= mask[p]
+            chain = [*chains[p], i] if p >= 0 else [i]
+            chains.append(chain)
+            rows.extend([i] * len(chain))
+        mask = torch.zeros(n, n, dtype=torch.bool)
+        mask[torch.tensor(rows), torch.tensor([j for c in chains for j in c])] = True
         return mask
 
 
