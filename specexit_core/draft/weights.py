@@ -59,8 +59,8 @@ def fit_tensors(cfg: DraftConfig, tensors: dict[str, torch.Tensor], where: str =
                 "the draft -> target id map"
             )
         out["d2t"] = torch.zeros(cfg.draft_vocab_size, dtype=torch.long)  # identity, as vLLM has no map then
-    if "t2d" not in out:  # vLLM never reads t2d; it is d2t's image
-        d2t = out["d2t"].long()
+    if "t2d" not in out and tuple(out["d2t"].shape) == (cfg.draft_vocab_size,):  # else check_shapes names d2t
+        d2t = out["d2t"].long()  # vLLM never reads t2d; it is d2t's image
         t2d = torch.zeros(cfg.vocab_size, dtype=torch.bool)
         t2d[torch.arange(len(d2t)) + d2t] = True
         out["t2d"] = t2d
