@@ -38,6 +38,7 @@ class PlainResult:
     token_ids: list[int]
     forwards: int
     wall_s: float
+    cpu_s: float  # this process's CPU time
 
 
 @torch.inference_mode()
@@ -54,7 +55,7 @@ def plain_decode(
 ) -> PlainResult:
     gen = torch.Generator(device=target.device).manual_seed(seed)
     eos = target.model.config.eos_token_id
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     seq = list(prompt_ids)
     step = _hf_stepper(target, seq) if use_hf else _target_stepper(target, seq, max_tokens)
     logits = step(None)
@@ -70,7 +71,7 @@ def plain_decode(
             break
         logits = step(tok)
         forwards += 1
-    return PlainResult(out, forwards, time.perf_counter() - t0)
+    return PlainResult(out, forwards, time.perf_counter() - t0, time.process_time() - c0)
 
 
 def _hf_stepper(target: Target, prompt: list[int]):
