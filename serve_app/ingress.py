@@ -15,6 +15,7 @@ Stock behaviour this changes, and why:
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import logging
 import time
@@ -62,6 +63,44 @@ async def validation_error_handler(request: Request, exc: RequestValidationError
         loc = ".".join(str(x) for x in err.get("loc", ()) if x != "body") or "body"
         parts.append(f"{loc}: {err.get('msg', 'invalid')}")
     return error_response(400, "invalid request: " + "; ".join(parts), "invalid_request_error")
+
+
+# The engine-replica calls made for the request being handled (set per request in `_answer`). An
+# ingress-side deadline is not a Serve cancellation: without an explicit `cancel()` the replica would
+# go on generating for a client that already has its 503 (only a client disconnect propagates).
+_CALLS: contextvars.ContextVar[list | None] = contextvars.ContextVar("specexit_engine_calls", default=None)
+
+
+class _TrackedHandle:
+    """A deployment handle (and its `.options(...)` copies) that records each call's response."""
+
+    def __init__(self, handle, calls: list):
+        self._handle, self._calls = handle, calls
+
+    def options(self, **kw) -> _TrackedHandle:
+        return _TrackedHandle(self._handle.options(**kw), self._calls)
+
+    def __getattr__(self, method: str):
+        target = getattr(self._handle, method)
+        calls = self._calls
+
+        class _Method:
+            @staticmethod
+            def remote(*args, **kw):
+                response = target.remote(*args, **kw)
+                calls.append(response)
+                return response
+
+        return _Method
+
+
+def _cancel(calls: list) -> None:
+    """Cancel the request in the engine replica (Serve cancels its task; vLLM aborts the request)."""
+    for response in calls:
+        try:
+            response.cancel()
+        except Exception as e:  # noqa: BLE001 -- best effort: the replica may be gone already
+            log.debug("cancel of an engine call failed: %s", e)
 
 
 def _sse_error(status: int, message: str, type_: str) -> str:
@@ -125,7 +164,26 @@ class SpecExitIngress(OpenAiIngress):
             lease.release()
         return resp
 
+    def _get_configured_serve_handle(self, model_id: str):
+        handle = super()._get_configured_serve_handle(model_id)
+        calls = _CALLS.get()
+        return _TrackedHandle(handle, calls) if calls is not None else handle
+
     async def _answer(self, body, call_method: str, raw_request: Request | None, lease: Lease) -> Response:
+        calls: list = []
+        _CALLS.set(calls)  # this request's task (and its copy of the context) only
+        finished = False
+        try:
+            resp = await self._answer_tracked(body, call_method, raw_request, lease, calls)
+            finished = True
+            return resp
+        finally:
+            if not finished:
+                _cancel(calls)
+
+    async def _answer_tracked(
+        self, body, call_method: str, raw_request: Request | None, lease: Lease, calls: list
+    ) -> Response:
         deadline = time.monotonic() + self._timeout
         try:
             async with asyncio.timeout(self._timeout):
@@ -134,6 +192,7 @@ class SpecExitIngress(OpenAiIngress):
         except BackPressureError:
             return self._overloaded()
         except TimeoutError:
+            _cancel(calls)
             return error_response(
                 503,
                 f"request timed out after {self._timeout:g}s (server busy or restarting)",
@@ -168,12 +227,13 @@ class SpecExitIngress(OpenAiIngress):
         if isinstance(chunk, NON_STREAMING_RESPONSE_TYPES):
             return JSONResponse(content=chunk.model_dump())
         return StreamingResponse(
-            self._guarded(openai_json_wrapper(gen), deadline, lease), media_type="text/event-stream"
+            self._guarded(openai_json_wrapper(gen), deadline, lease, calls), media_type="text/event-stream"
         )
 
-    async def _guarded(self, stream, deadline: float, lease: Lease | None = None):
+    async def _guarded(self, stream, deadline: float, lease: Lease | None = None, calls: list | None = None):
         """The rest of the deadline applies to the stream; failures become a final SSE error event."""
         it = stream.__aiter__()
+        ended = False
         try:
             while True:
                 left = deadline - time.monotonic()
@@ -181,6 +241,7 @@ class SpecExitIngress(OpenAiIngress):
                     async with asyncio.timeout(max(left, 0.001)):
                         item = await it.__anext__()
                 except StopAsyncIteration:
+                    ended = True
                     return
                 yield item
         except TimeoutError:
@@ -192,6 +253,8 @@ class SpecExitIngress(OpenAiIngress):
                 raise
             yield _sse_error(503, "model engine failed during the request, retry", "service_unavailable_error")
         finally:
-            await stream.aclose()  # cancels the replica call -> the engine aborts the request
+            if not ended:  # deadline, failure, client gone: the engine must stop generating too
+                _cancel(calls or [])
+            await stream.aclose()
             if lease is not None:
                 lease.release()

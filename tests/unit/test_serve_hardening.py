@@ -299,3 +299,78 @@ def test_fallback_reason_reaches_usage_and_malformed_lines_are_counted(tmp_path)
     two = usage_block(True, [choice_telemetry([1], 269, None), choice_telemetry([1], 269, None, fb)])
     assert two["fallback"] == fb and [c["fallback"] for c in two["choices"]] == [None, fb]
     assert usage_block(True, [choice_telemetry([1], 269, None)])["fallback"] is None
+
+
+# -- ingress: a deadline cancels the engine-replica call -------------------------------------------------
+class _FakeCall:
+    def __init__(self, chunks, gap):
+        self.chunks, self.gap, self.cancelled = chunks, gap, False
+
+    def cancel(self):
+        self.cancelled = True
+
+    def __aiter__(self):
+        return self._gen()
+
+    async def _gen(self):
+        for c in self.chunks:
+            await asyncio.sleep(self.gap)
+            yield c
+
+
+class _FakeHandle:
+    def __init__(self, calls, chunks, gap):
+        self.calls, self.chunks, self.gap = calls, chunks, gap
+
+    def options(self, **_):
+        return self
+
+    @property
+    def chat(self):
+        handle = self
+
+        class M:
+            @staticmethod
+            def remote(*_):
+                call = _FakeCall(handle.chunks, handle.gap)
+                handle.calls.append(call)
+                return call
+
+        return M
+
+
+@pytest.mark.parametrize("case", ["deadline", "stream-deadline", "finished"])
+def test_deadline_cancels_the_engine_call(case):
+    """#16 item 4 at the ingress: an ingress-side deadline is no Serve cancellation, so the ingress cancels
+    the replica call itself (the real engine's abort: tests/integration/test_serve_app.py)."""
+    from serve_app.ray_llm import NON_STREAMING_RESPONSE_TYPES
+
+    done = NON_STREAMING_RESPONSE_TYPES[0].model_construct()
+    chunks = {
+        "deadline": [done],
+        "stream-deadline": [['data: {"choices": []}\n\n']] * 5,
+        "finished": [['data: {"choices": []}\n\n']] * 2,
+    }[case]
+    calls: list = []
+    ing = _ingress(request_timeout_s=0.3)
+    ing._configured_serve_handles = {"m": _FakeHandle(calls, chunks, 0.5 if case == "deadline" else 0.1)}
+
+    async def get_response(*, body, call_method, raw_request=None):
+        async for item in getattr(ing._get_configured_serve_handle("m"), call_method).remote(body, None):
+            yield item
+
+    ing._get_response = get_response
+
+    async def go():
+        resp = await ing._process_llm_request(types.SimpleNamespace(n=1, messages=[1]), "chat")
+        body = [c async for c in resp.body_iterator] if hasattr(resp, "body_iterator") else None
+        return resp, body
+
+    resp, body = asyncio.run(go())
+    assert len(calls) == 1
+    if case == "deadline":
+        assert resp.status_code == 503 and calls[0].cancelled
+    elif case == "stream-deadline":
+        assert "timed out" in body[-1] and calls[0].cancelled
+    else:
+        assert "timed out" not in "".join(body) and not calls[0].cancelled
