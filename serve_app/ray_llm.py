@@ -23,6 +23,8 @@ Why each private name is needed:
   `peek_at_generator` (`_peek_at_generator`) (`core.ingress.utils`): the stock response framing
   that `SpecExitIngress._process_llm_request` reuses; it overrides that private method of
   `OpenAiIngress` (and calls its `_get_response`) to add overload, failure and deadline answers.
+  It also overrides `OpenAiIngress._get_configured_serve_handle` (wrapping the handle it returns) to
+  keep each engine-replica call, so that a deadline can cancel it.
 * `VLLMEngine` (`engines.vllm.vllm_engine`): the engine class `LLMServer` runs; SpecExitVLLMEngine
   wraps its `chat` / `completions` for `usage.specexit` and uses its `_engine_client`
   (serve_app/engine.py). `LLMServer._default_engine_cls` is how the replica picks it.
