@@ -1,0 +1,146 @@
+"""README's result tables match the raw JSON under docs/results/ (rounded as README prints them).
+
+Every README table that reports measurements is tied to one file here; a table with measurement
+columns that no file backs fails the test, so a figure cannot enter README without its raw JSON
+(which carries command, commit, machine and date).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from support.paths import REPO_ROOT
+
+RESULTS = REPO_ROOT / "docs" / "results"
+PROVENANCE = ("command", "commit", "machine", "date")
+
+
+def tables(md: str) -> list[list[list[str]]]:
+    """Every Markdown table: a list of rows (header first, separator dropped), cells stripped."""
+    out, cur = [], []
+    for line in md.splitlines() + [""]:
+        if line.startswith("|"):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if not all(re.fullmatch(r":?-+:?", c) for c in cells):
+                cur.append(cells)
+        elif cur:
+            out.append(cur)
+            cur = []
+    return out
+
+
+def _name(cell: str) -> str:
+    """`**specexit**` / `budget (best: 128)` / `eagle3 (stock draft, no hook)` -> the method name."""
+    return cell.replace("*", "").split(" (")[0].strip()
+
+
+def _ci(ci, scale=100.0) -> str:
+    return f"[{scale * ci[0]:.1f}, {scale * ci[1]:.1f}]"
+
+
+def demo_row(name: str, m: dict) -> list[str]:
+    """A row of README's demo tables, from `methods[name]` of docs/results/demo_toy_cpu.json."""
+    vs = m.get("accuracy_vs_eagle3")
+    return [
+        f"{100 * m['accuracy']:.1f}%",
+        _ci(m["accuracy_ci95"]),
+        "-" if vs is None else f"{vs['points']:+.1f} {_ci(vs['ci95'], 1.0)}",
+        f"{m['think_tokens']:.1f}",
+        f"{1000 * m['latency_s']:.0f}",
+        f"{m['probe_requests']:.2f}",
+    ]
+
+
+def bench_row(name: str, m: dict) -> list[str]:
+    """A row of README's `specexit bench vllm` table, from docs/results/bench_vllm_toy_cpu.json."""
+    return [
+        f"{100 * m['accuracy']:.0f}%",
+        f"{m['think_tokens']:.1f}",
+        f"{1000 * m['latency_s']:.0f} ms",
+        f"{1000 * m['latency_s_c16']:.0f} ms",
+        f"{m['acceptance_length']:.2f}",
+    ]
+
+
+def _load(name: str) -> dict:
+    d = json.loads((RESULTS / name).read_text())
+    missing = [k for k in PROVENANCE if not d.get(k)]
+    assert not missing, f"docs/results/{name} lacks {missing}"
+    return d
+
+
+# README tables whose raw JSON was never kept, named here one by one (README says so beside each);
+# they must go once the full run that replaces them is committed (test_legacy_tables_are_replaced).
+LEGACY = {"T = 0 (earlier run, raw JSON not kept)"}
+
+
+def _backing(header: list[str]):
+    """(the JSON's methods for this table, the row formatter), or None for a table of no measurements."""
+    h = header[0]
+    if h in LEGACY:
+        return "legacy"
+    if h.startswith("T = "):
+        d = _load("demo_toy_cpu.json")
+        return d["by_temperature"][h[4:].strip()], demo_row
+    if h.startswith("toy, 50 test problems"):
+        return _load("bench_vllm_toy_cpu.json")["methods"], bench_row
+    return None
+
+
+MEASURED = re.compile(r"accuracy|latency|think tokens|acceptance", re.I)
+
+
+def test_every_measurement_table_matches_its_json():
+    md = (REPO_ROOT / "README.md").read_text()
+    checked = 0
+    for t in tables(md):
+        header, rows = t[0], t[1:]
+        backing = _backing(header)
+        if backing == "legacy":
+            continue
+        if backing is None:
+            assert not any(MEASURED.search(c) for c in header[1:]), f"README table without raw JSON: {header}"
+            continue
+        methods, fmt = backing
+        for row in rows:
+            name = _name(row[0])
+            assert name in methods, f"README row {row[0]!r} is not in the JSON ({sorted(methods)})"
+            assert row[1:] == fmt(name, methods[name]), f"README row {row[0]!r} differs from docs/results/"
+            checked += 1
+    assert checked >= 3
+
+
+def test_hook_figures_match_their_json():
+    md = (REPO_ROOT / "README.md").read_text()
+    d = _load("bench_hook_cpu.json")
+    m = re.search(r"1 / 16 / 64 / 256 running requests: ([\d, /]+) µs\s+per step, against ([\d, /]+) µs", md)
+    assert m, "README no longer quotes the hook bench per size"
+    for text, key in ((m.group(1), "hook_us_per_step"), (m.group(2), "step_us_without_hook")):
+        want = [f"{round(d[key][s]):,}" for s in ("1", "16", "64", "256")]
+        assert [x.strip() for x in text.split("/")] == want
+
+
+def test_readme_cites_only_files_that_exist():
+    md = (REPO_ROOT / "README.md").read_text()
+    cited = set(re.findall(r"docs/results/[\w.-]+\.json", md))
+    assert "docs/results/bench_vllm_toy_cpu.json" in cited
+    pending = any(t[0][0] in LEGACY for t in tables(md))  # README names where the next full run goes
+    for c in cited:
+        if not (pending and c == "docs/results/demo_toy_cpu.json"):
+            assert (REPO_ROOT / c).exists(), c
+
+
+def test_legacy_tables_are_replaced():
+    """Once the full demo run's JSON is committed, README's unbacked legacy table must be gone."""
+    md = (REPO_ROOT / "README.md").read_text()
+    legacy = [t[0][0] for t in tables(md) if t[0][0] in LEGACY]
+    if (RESULTS / "demo_toy_cpu.json").exists():
+        assert not legacy, f"docs/results/demo_toy_cpu.json exists: regenerate README's tables from it ({legacy})"
+
+
+@pytest.mark.parametrize("md", ["| a | b |\n|---|---|\n| 1 | 2 |\n\ntext\n| c |\n"])
+def test_table_parser(md):
+    assert tables(md) == [[["a", "b"], ["1", "2"]], [["c"]]]
