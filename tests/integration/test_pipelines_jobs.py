@@ -22,9 +22,12 @@ import pytest
 
 from pipelines.common.parts import read_all
 from pipelines.common.schemas import LABELS, TRACES
+from pipelines.common.writer import DIE_AFTER_COMMIT_ENV, DIED_MARKER
+from pipelines.labels.labeler import KILL_ENGINE_ENV, KILLED_MARKER
 from specexit_core.toy.paths import TEACHER_DIR
 from specexit_core.toy.task import problems
 from support.cli import output_json, run_json
+from support.cli import run as run_cmd
 from support.ray_head import LocalHead, retry_no_agent
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
@@ -174,10 +177,14 @@ def test_traces_job_killed_midway_then_resubmitted(cluster, work):
     assert 0 < len(first) < len(_expected_ids()) and max(first.values()) == 1, first
     assert list(out.glob(".tmp-*"))  # the writer that died mid-commit left its temp file
 
-    r = cluster.submit("traces", work / "traces.yaml")
+    # the resubmitted job's first two writers die right after committing their part (issue #16
+    # item 8): Ray retries them, the retries write the same rows again, each id stays once
+    r = cluster.submit("traces", work / "traces.yaml", env_vars={DIE_AFTER_COMMIT_ENV: "2"})
     assert r.returncode == 0, r.stdout[-5000:] + r.stderr[-2000:]
+    assert len(list(out.glob(DIED_MARKER + "part-*"))) == 2
     s = output_json(r.stdout)
     assert s["complete"] and s["input_rows"] == len(_expected_ids()) == s["ok"] + s["errors"]
+    assert s["duplicates"] == 0 and s["duplicates_removed"] == 0  # the retries replaced their parts
     assert s["skipped_already_done"] == len(first) and s["processed_this_run"] == len(_expected_ids()) - len(first)
     ids = _ids(out)
     assert set(ids) == _expected_ids() and max(ids.values()) == 1  # every id exactly once
@@ -202,6 +209,34 @@ def test_traces_job_killed_midway_then_resubmitted(cluster, work):
     assert r.returncode == 0 and s["complete"] and s["input_rows"] == 5 and s["processed_this_run"] == 0
 
 
+def _variant(work: Path, stage: str, name: str, **changes) -> Path:
+    cfg = json.loads((work / f"{stage}.yaml").read_text())
+    for key, value in changes.items():
+        node = cfg
+        *parents, last = key.split(".")
+        for k in parents:
+            node = node[k]
+        node[last] = value
+    (work / name).write_text(json.dumps(cfg))
+    return work / name
+
+
+def test_traces_error_rate_limit_and_refused_resume(cluster, work):
+    """Issue #16 items 9 and 10 on the finished traces: a job over max_error_rate fails with a
+    message after accounting for every row; a resume with another sampling temperature is refused
+    before any work (no Ray started: a plain local run), naming the change."""
+    r = cluster.submit("traces", _variant(work, "traces", "traces_strict.yaml", max_error_rate=0.1))
+    s = output_json(r.stdout)
+    assert r.returncode != 0 and s["complete"] and s["processed_this_run"] == 0
+    assert s["errors"] == 5 and "5 of 29 rows are error rows (17.2%), above max_error_rate 0.1" in s["failed"]
+    env = dict(os.environ, RAY_AUTH_MODE="disabled", HF_HUB_OFFLINE="1")
+    env.pop("RAY_ADDRESS", None)
+    hot = _variant(work, "traces", "traces_hot.yaml", **{"sampling.temperature": 0.9})
+    p = run_cmd([sys.executable, "-m", "pipelines.traces", "--config", hot], env=env, timeout=120)
+    assert p.returncode == 2 and "config.sampling.temperature: 0.6 -> 0.9" in p.stderr, p.stderr[-3000:]
+    assert "started a local Ray cluster" not in p.stderr
+
+
 def test_labels_job_killed_midway_then_resubmitted(cluster, work):
     out = work / "labels"
     r = cluster.submit("labels", work / "labels.yaml", env_vars={"SPECEXIT_TEST_KILL_AFTER_PARTS": "1"})
@@ -209,8 +244,11 @@ def test_labels_job_killed_midway_then_resubmitted(cluster, work):
     first = _ids(out)
     assert 0 < len(first) < len(_expected_ids()) and max(first.values()) == 1, first
     assert list(out.glob(".tmp-*"))
-    r = cluster.submit("labels", work / "labels.yaml")
+    # the resubmitted job's engine is killed after its first batch (issue #16 item 9): the actor
+    # exits, Ray restarts it and retries the batch, no trace becomes an error row for it
+    r = cluster.submit("labels", work / "labels.yaml", env_vars={KILL_ENGINE_ENV: "1"})
     assert r.returncode == 0, r.stdout[-5000:] + r.stderr[-2000:]
+    assert (out / KILLED_MARKER).exists(), r.stdout[-5000:]  # the hook killed the engine
     s = output_json(r.stdout)
     assert s["complete"] and s["ok"] + s["errors"] == s["input_rows"] == len(_expected_ids())
     ids = _ids(out)
@@ -221,6 +259,7 @@ def test_labels_job_killed_midway_then_resubmitted(cluster, work):
     assert t.schema == LABELS
     rows = {r["id"]: r for r in t.to_pylist()}
     assert rows["long"]["error"].startswith("trace error: engine:")
+    assert not [r["error"] for r in rows.values() if "probe generation failed" in (r["error"] or "")]
     ok = [r for r in rows.values() if r["status"] == "ok"]
     assert len(ok) >= N_GOOD - 2
     traces = {r["id"]: r for r in read_all(work / "traces").to_pylist()}
@@ -302,6 +341,14 @@ def test_rerun_with_same_name_resumes_locally(work):
     )
     assert s["step"] == 34 and s["resumed_from_steps"][-1] == 30
     assert "resuming from step 30" in r.stdout + r.stderr
+    assert json.loads((work / "draft2" / "specexit_train.json").read_text())["run_identity"]["stage"] == "train_draft"
+    assert not list(work.glob(".draft2.*"))  # the export's staging folder was swapped in, nothing left
+    cfg.update(lr=1e-4)  # resuming the run's checkpoints with another learning rate: refused before Ray starts
+    (work / "train_other.yaml").write_text(json.dumps(cfg))
+    p = run_cmd(
+        [sys.executable, "-m", "pipelines.train_draft", "--config", work / "train_other.yaml"], env=env, timeout=120
+    )
+    assert p.returncode == 2 and "config.lr: 0.002 -> 0.0001" in p.stderr, p.stderr[-3000:]
 
 
 def _spec_greedy(draft_dir, prompts, eos, *extra_args):
