@@ -146,3 +146,28 @@ def test_max_think_tokens_forces_close(engines, prompts):
     )[0]
     assert r.exit.reason == "max_think_tokens" and r.think_tokens == 10
     assert r.token_ids[10] == engines["tok"].convert_tokens_to_ids("</think>")
+
+
+def test_bench_reference_cli_json(capsys):
+    """`specexit bench reference --n 2 --json`: the `bench vllm` methods and keys on this engine,
+    the last line of stdout one JSON object."""
+    import json
+
+    from specexit_app.cli import main as specexit_main
+
+    assert specexit_main(["bench", "reference", "--n", "2", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert list(res["methods"]) == ["eagle3", "specexit_never_fires", "specexit"] and res["n"] == 2
+    for m in res["methods"].values():
+        assert set(m) == {"accuracy", "think_tokens", "latency_s", "latency_s_c16", "tokens", "acceptance_length"}
+        assert m["latency_s_c16"] is None and 1.0 < m["acceptance_length"] <= 4.0
+    assert set(res["ratios"]) == {
+        "speedup_c1_specexit_vs_eagle3",
+        "speedup_c16_specexit_vs_eagle3",
+        "think_tokens_specexit_vs_eagle3",
+        "overhead_never_fires_vs_eagle3_c1",
+        "accuracy_delta_points",
+    }
+    eagle3, never, spec = (res["methods"][m] for m in ("eagle3", "specexit_never_fires", "specexit"))
+    assert never["tokens"] == eagle3["tokens"] and never["acceptance_length"] == eagle3["acceptance_length"]
+    assert spec["think_tokens"] <= eagle3["think_tokens"]  # the exit only ever shortens thinking

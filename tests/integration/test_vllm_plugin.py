@@ -7,10 +7,11 @@ import sys
 
 import pytest
 
+from specexit_core.bench.vllm_bench import engine_kwargs
 from specexit_core.draft.checkpoint import convert
 from specexit_core.engine.reference import ReferenceEngine
 from specexit_core.engine.types import GenerationRequest
-from specexit_core.exit import ExitConfig
+from specexit_core.exit import NEVER_FIRES, ExitConfig
 from specexit_core.toy.paths import DRAFT_DIR, TEACHER_DIR
 from specexit_core.toy.task import problems
 from specexit_core.toy.teacher_eval import prompt_ids
@@ -42,7 +43,20 @@ def llm(telemetry_dir):
     apply_cpu_defaults()
     from vllm import LLM
 
-    engine = LLM(**spec_kwargs(DRAFT_DIR))
+    # the bench's own arguments (= spec_kwargs with stats on: the bench reads acceptance counters)
+    engine = LLM(**engine_kwargs(DRAFT_DIR, 3))
+    yield engine
+    engine.llm_engine.engine_core.shutdown()
+
+
+@pytest.fixture(scope="module")
+def stock(tmp_path_factory):
+    """Stock EAGLE-3: the same draft weights without signal rows (no exit machinery at all)."""
+    apply_cpu_defaults()
+    from vllm import LLM
+
+    stock_dir = convert(DRAFT_DIR, tmp_path_factory.mktemp("stock") / "stock", add_signals=False)
+    engine = LLM(**engine_kwargs(stock_dir, 3))
     yield engine
     engine.llm_engine.engine_core.shutdown()
 
@@ -59,6 +73,13 @@ def reference(teacher):
 
     model, tok = teacher
     return ReferenceEngine(model, tok, load_draft(DRAFT_DIR), num_speculative_tokens=3)
+
+
+@pytest.fixture(scope="module")
+def reference_out(reference, prompts):
+    """The reference engine's greedy outputs (default exit) for every prompt, computed once: the
+    slowest part of this module (a sequential PyTorch loop), shared by the tests that compare."""
+    return reference.generate([GenerationRequest(p, max_tokens=MAX_TOKENS) for p in prompts])
 
 
 def run(llm, prompts, extra_args=None):
@@ -78,28 +99,21 @@ def strip_eos(ids, eos):
     return ids[:-1] if ids and ids[-1] == eos else ids
 
 
-def test_exit_disabled_equals_stock_eagle3_and_plain_greedy(llm, prompts, teacher, tmp_path):
-    from vllm import LLM
-
+def test_exit_disabled_equals_stock_eagle3_and_plain_greedy(llm, stock, prompts, teacher):
     from specexit_core.toy.hf_generate import generate
 
     model, tok = teacher
     sub = prompts[:30]
     off = [strip_eos(o.outputs[0].token_ids, tok.eos_token_id) for o in run(llm, sub, {"specexit": False})]
     assert off == generate(model, tok, sub, max_new_tokens=MAX_TOKENS)
-    stock_dir = convert(DRAFT_DIR, tmp_path / "stock", add_signals=False)
-    stock = LLM(**spec_kwargs(stock_dir))
-    try:
-        outs = run(stock, sub)
-        assert [strip_eos(o.outputs[0].token_ids, tok.eos_token_id) for o in outs] == off
-    finally:
-        stock.llm_engine.engine_core.shutdown()
+    outs = run(stock, sub)
+    assert [strip_eos(o.outputs[0].token_ids, tok.eos_token_id) for o in outs] == off
 
 
-def test_exit_matches_reference_engine(llm, prompts, reference, teacher, telemetry_dir):
+def test_exit_matches_reference_engine(llm, prompts, reference_out, teacher, telemetry_dir):
     _, tok = teacher
     outs = run(llm, prompts)
-    ref = reference.generate([GenerationRequest(p, max_tokens=MAX_TOKENS) for p in prompts])
+    ref = reference_out
     from specexit_core.vllm_plugin.telemetry import read_exit_events, request_telemetry
 
     events = read_exit_events(telemetry_dir)
@@ -179,7 +193,7 @@ def test_plugin_registration_leaves_the_runner_env_alone():
     assert res.stdout.strip().splitlines()[-1] == "None True"
 
 
-def test_streaming_with_aborts_leaves_no_state(prompts, reference, teacher, telemetry_dir):
+def test_streaming_with_aborts_leaves_no_state(prompts, reference_out, teacher, telemetry_dir):
     """100 concurrent streamed requests, every 10th aborted mid-stream: the rest finish with the
     reference output; afterwards the hook holds no state for any of them."""
     from vllm import SamplingParams
@@ -188,10 +202,7 @@ def test_streaming_with_aborts_leaves_no_state(prompts, reference, teacher, tele
 
     _, tok = teacher
     apply_cpu_defaults()
-    ref = {
-        i: r.token_ids
-        for i, r in enumerate(reference.generate([GenerationRequest(p, max_tokens=MAX_TOKENS) for p in prompts[:20]]))
-    }
+    ref = {i: r.token_ids for i, r in enumerate(reference_out[:20])}
 
     async def main():
         engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**spec_kwargs(DRAFT_DIR)))
@@ -300,3 +311,106 @@ def test_bad_settings_and_broken_telemetry_never_kill_the_engine(prompts, tmp_pa
         assert c["hook_errors"] == 0
     finally:
         engine.llm_engine.engine_core.shutdown()
+
+
+def test_bench_vllm_cli_on_the_module_engines(llm, stock, monkeypatch, capsys):
+    """`specexit bench vllm --n 4 --json` end to end in this process, on this module's engines
+    (built with the bench's own `engine_kwargs`, so only the pair's start-up is skipped): every
+    method side by side, per-method acceptance counters, the never-firing exit changes nothing."""
+    import contextlib
+
+    from specexit_app.cli import main as specexit_main
+    from specexit_core.bench import vllm_bench
+    from support.cli import output_json
+
+    monkeypatch.setattr(vllm_bench, "engine_pair", lambda k: contextlib.nullcontext((stock, llm)))
+    assert specexit_main(["bench", "vllm", "--n", "4", "--json"]) == 0
+    res = output_json(capsys.readouterr().out)  # the JSON document that ends stdout
+    assert list(res["methods"]) == ["eagle3", "specexit_never_fires", "specexit"] and res["n"] == 4
+    for m in res["methods"].values():
+        assert set(m) == {"accuracy", "think_tokens", "latency_s", "latency_s_c16", "tokens", "acceptance_length"}
+        assert m["latency_s_c16"] > 0
+        assert 1.0 < m["acceptance_length"] <= 4.0  # k=3: at most 3 drafts + 1 bonus per step
+    assert all(v is not None for v in res["ratios"].values())
+    eagle3, never, spec = (res["methods"][m] for m in ("eagle3", "specexit_never_fires", "specexit"))
+    # the never-firing thresholds must not change the text; the default exit shortens thinking
+    assert never["think_tokens"] == eagle3["think_tokens"] and never["tokens"] == eagle3["tokens"]
+    assert spec["think_tokens"] <= eagle3["think_tokens"]
+    # same text, same drafts: per-method counters give the same acceptance for never-fires and eagle3
+    assert never["acceptance_length"] == pytest.approx(eagle3["acceptance_length"], abs=1e-9)
+
+
+# Sampling parity (#17 item 7): sampled continuations of a few prompts, plain vs speculative.
+PARITY_SAMPLES, PARITY_TOKENS, PARITY_TEMPERATURE = 300, 24, 0.6
+
+
+def uncertain_prefixes(llm, teacher, prompts, count=3, scan=8):
+    """Prompts the teacher is unsure how to continue, so that drafts get rejected and resampled
+    (the toy is nearly deterministic elsewhere): prompt + greedy trace up to the paragraph break
+    whose next token has the highest entropy at the test temperature (re-check or close?)."""
+    import torch
+
+    model, tok = teacher
+    brk = tok.convert_tokens_to_ids("\n\n")
+    best = []
+    for p, o in zip(prompts[:scan], run(llm, prompts[:scan], {"specexit": False})):
+        out = strip_eos(o.outputs[0].token_ids, tok.eos_token_id)  # the teacher's greedy trace
+        seq = p + out
+        with torch.inference_mode():
+            probs = torch.softmax(model(torch.tensor([seq])).logits[0].float() / PARITY_TEMPERATURE, -1)
+        entropy = -(probs * probs.clamp_min(1e-12).log()).sum(-1)
+        cuts = [len(p) + i + 1 for i, t in enumerate(out) if t == brk]
+        if cuts:
+            cut = max(cuts, key=lambda c: float(entropy[c - 1]))
+            best.append((float(entropy[cut - 1]), seq[:cut]))
+    return [prefix for _, prefix in sorted(best, key=lambda x: -x[0])[:count]]
+
+
+def sample_positions(engine, prefixes, seed, extra_args=None):
+    """PARITY_SAMPLES continuations per prefix (one request with n = PARITY_SAMPLES each; child i
+    gets seed + i, so seeds never overlap across prefixes and methods): position matrices."""
+    from vllm import SamplingParams
+
+    from specexit_core.bench.token_distributions import position_matrix
+
+    sps = [
+        SamplingParams(
+            n=PARITY_SAMPLES,
+            temperature=PARITY_TEMPERATURE,
+            max_tokens=PARITY_TOKENS,
+            seed=seed + j * PARITY_SAMPLES,
+            extra_args=extra_args,
+        )
+        for j in range(len(prefixes))
+    ]
+    outs = engine.generate([{"prompt_token_ids": p} for p in prefixes], sps, use_tqdm=False)
+    return [position_matrix([c.token_ids for c in o.outputs], PARITY_TOKENS) for o in outs]
+
+
+def test_speculative_sampling_is_lossless(llm, stock, prompts, teacher):
+    """At T = 0.6, EAGLE-3 and SpecExit-never-fires sample the same continuations as the plain
+    engine: per-position token frequencies agree (permutation test, bench/token_distributions.py;
+    tests/unit/test_token_distributions.py shows it flags a biased speculative sampler at this n).
+    Samples are seeded, so the verdict is reproducible."""
+    from vllm import LLM
+
+    from specexit_core.bench.spec_counters import attach
+    from specexit_core.bench.token_distributions import same_distribution_test
+
+    prefixes = uncertain_prefixes(llm, teacher, prompts)
+    plain_llm = LLM(**toy_llm_kwargs(str(TEACHER_DIR)))
+    try:
+        plain = sample_positions(plain_llm, prefixes, seed=0)
+    finally:
+        plain_llm.llm_engine.engine_core.shutdown()
+    counters = attach(stock)
+    eagle3 = sample_positions(stock, prefixes, seed=20_000)
+    never = sample_positions(llm, prefixes, seed=30_000, extra_args={"specexit": dict(NEVER_FIRES)})
+    # not vacuous: the continuations vary, and drafts were rejected (the resampling path ran)
+    assert all(len({tuple(r) for r in m.tolist()}) >= 5 for m in plain), "too little randomness to test"
+    assert counters.accepted < counters.draft_tokens
+    print(f"draft acceptance while sampling: {counters.accepted}/{counters.draft_tokens}")
+    for name, got in (("eagle3", eagle3), ("specexit_never_fires", never)):
+        res = same_distribution_test(plain, got)
+        print(f"{name} vs plain: {res.summary()}")  # shown with pytest -rP
+        assert res.p_value > 0.001, f"{name} vs plain: {res.summary()}"
