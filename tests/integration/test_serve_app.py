@@ -1,11 +1,13 @@
 """The Serve app for real: Ray Serve + vLLM CPU engine + toy teacher/SpecExit draft, over HTTP with the
-official `openai` client and httpx. One app is shared by the whole module (engine start ~30 s); the
-fault-injection tests run last because they restart the engine replica."""
+official `openai` client and httpx. One app is shared by the whole module (engine start ~30 s), next to a
+second small app with a 1 s deadline (its engine starts alongside); the fault-injection tests run last
+because they restart the engine replica."""
 
 import asyncio
 import os
 import signal
 import time
+from collections import Counter
 
 import httpx
 import pytest
@@ -19,6 +21,11 @@ ENV_KEY = "sk-test-env-key"
 MODEL = "specexit-toy"
 APP = "specexit"
 SERVER = f"SpecExitLLMServer:{MODEL}"
+INGRESS = "SpecExitIngress"
+# the second app: a deadline shorter than its generations, an engine that runs 4 sequences at a time
+SHORT, SHORT_MODEL, SHORT_DEADLINE_S = "short", "specexit-toy-short", 1.0
+LIMITS = {"max_n": 8, "max_messages": 32, "max_body_bytes": 65536}
+FUZZ_EXAMPLES = 40  # per API operation; derandomized, so CI runs the same cases every time
 PROMPT = "Compute from left to right : 7 + 5 * 3 - 4"
 GOOD = {"model": MODEL, "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 20}
 FORCED = {"specexit_method": "progress", "specexit_progress_threshold": 0.0}  # exit at the first \n\n
@@ -33,7 +40,17 @@ def app_args(key_file: str) -> dict:
         "backpressure": {"max_ongoing_requests": 16, "max_queued_requests": 16, "retry_after_s": 2},
         "auth": {"enabled": True, "api_keys_env": "SPECEXIT_TEST_API_KEYS", "api_keys_file": key_file},
         "health": {"period_s": 2, "timeout_s": 10},
+        "limits": LIMITS,  # 16 + 16 requests -> 32 sequences admitted at once
         "request_timeout_s": 60,
+    }
+
+
+def short_app_args() -> dict:
+    return {
+        "model": toy_model_args(
+            SHORT_MODEL, max_num_seqs=4, seed=0, cpu={"kv_cache_gib": 1, "omp_threads_bind": "0-1"}
+        ),
+        "request_timeout_s": SHORT_DEADLINE_S,
     }
 
 
@@ -42,7 +59,8 @@ def base(tmp_path_factory):
     key_file = tmp_path_factory.mktemp("secret") / "keys"
     key_file.write_text(f"# test keys\n{KEY}\n")
     os.environ["SPECEXIT_TEST_API_KEYS"] = ENV_KEY  # workers inherit the driver's env at ray.init
-    with running_serve(ServeApp(APP, app_args(str(key_file)))) as url:
+    apps = ServeApp(APP, app_args(str(key_file))), ServeApp(SHORT, short_app_args(), route_prefix="/short")
+    with running_serve(*apps) as url:
         _wait_ready(url)
         yield url
 
@@ -99,10 +117,10 @@ def specexit_usage(resp) -> dict:
     return resp.usage.model_extra["specexit"]
 
 
-def handle(method: str):
+def handle(method: str, deployment: str = SERVER, app: str = APP):
     from ray import serve
 
-    return getattr(serve.get_deployment_handle(SERVER, app_name=APP), method).remote().result(timeout_s=30)
+    return getattr(serve.get_deployment_handle(deployment, app_name=app), method).remote().result(timeout_s=30)
 
 
 # -- the OpenAI surface ------------------------------------------------------------------------------
@@ -240,6 +258,130 @@ def test_auth(base):
     assert httpx.post(url, content=b"{bad", headers={"content-type": "application/json"}, timeout=30).status_code == 401
     assert httpx.post(url, json=GOOD, headers=auth(KEY), timeout=60).status_code == 200  # key from the file
     assert httpx.post(url, json=GOOD, headers=auth(ENV_KEY), timeout=60).status_code == 200  # key from the env
+
+
+# -- #16: limits, backpressure in sequences, deadline -> engine abort, fuzzing --------------------------
+def test_limits_refuse_fast_and_the_server_keeps_answering(base):
+    """#16 item 3: `n: 5000` once held the engine for minutes; now 400 before any engine sees it."""
+    url = base + "/v1/chat/completions"
+    t0 = time.time()
+    r = httpx.post(url, json={**GOOD, "n": 5000, "temperature": 0.8}, headers=auth(), timeout=30)
+    assert r.status_code == 400 and "n: 5000" in r.json()["error"]["message"], r.text
+    assert time.time() - t0 < 5
+    many = [{"role": "user", "content": "1 + 1"}] * (LIMITS["max_messages"] + 1)
+    r = httpx.post(url, json={**GOOD, "messages": many}, headers=auth(), timeout=30)
+    assert r.status_code == 400 and "messages: 33" in r.json()["error"]["message"], r.text
+    big = {**GOOD, "messages": [{"role": "user", "content": "x" * LIMITS["max_body_bytes"]}]}
+    r = httpx.post(url, json=big, headers=auth(), timeout=30)
+    assert r.status_code == 413 and "65536 bytes" in r.json()["error"]["message"], r.text
+    r = httpx.post(base + "/v1/completions", json={"model": MODEL, "prompt": ["1"] * 33}, headers=auth(), timeout=30)
+    assert r.status_code == 400 and "33 prompts" in r.json()["error"]["message"], r.text
+    assert httpx.post(url, json=GOOD, headers=auth(), timeout=60).status_code == 200
+
+
+def test_backpressure_counts_sequences_not_requests(base):
+    """12 requests of n = 8 fit Serve's request queue (16 + 16) but not the 32 sequences admitted at once:
+    the surplus gets 429 + Retry-After at once, the rest is answered, and the budget drains to zero."""
+    body = {"model": MODEL, "max_tokens": 120, "temperature": 0.8, "ignore_eos": True, "n": 8}
+    res = asyncio.run(_fire(base, 12, 12, body, timeout=60))
+    codes = Counter(r[0] for r in res)
+    assert set(codes) <= {200, 429} and codes[429] >= 1 and codes[200] >= 4, codes
+    assert all(r[1] == "2" and "overloaded" in r[2] for r in res if r[0] == 429)
+    stats = handle("specexit_ingress_stats", INGRESS)
+    assert stats["sequences_in_flight"] == 0 and stats["sequence_capacity"] == 32, stats
+    print("n=8 x 12 at once:", dict(codes))
+
+
+def _engine_idle_after(deadline_hit: float, app: str = SHORT) -> float:
+    """Seconds from the deadline answer until the engine runs none of the request's sequences."""
+    server = f"SpecExitLLMServer:{SHORT_MODEL}"
+    while time.time() - deadline_hit < 20:
+        if handle("specexit_stats", server, app)["unfinished_requests"] == 0:
+            return time.time() - deadline_hit
+        time.sleep(0.1)
+    raise AssertionError("the engine still runs the request 20 s after its deadline")
+
+
+def test_deadline_aborts_the_engine_request(base):
+    """#16 item 4, with the real engine: 16 sequences x 480 tokens on an engine that runs 4 at a time
+    need several seconds; with a 1 s deadline the client gets 503 (or a final SSE error event), and the
+    engine aborts the request right away: its unfinished requests drop to 0 and its abort count rises."""
+    server = f"SpecExitLLMServer:{SHORT_MODEL}"
+    url = base + "/short/v1/chat/completions"
+    body = {**GOOD, "model": SHORT_MODEL, "max_tokens": 480, "ignore_eos": True, "n": 16, "temperature": 0.8}
+    t0 = time.time()
+    while time.time() - t0 < 120:  # warm-up: the first requests of a fresh engine may miss a 1 s deadline
+        if httpx.post(url, json={**GOOD, "model": SHORT_MODEL, "max_tokens": 2}, timeout=30).status_code == 200:
+            break
+    stats0 = handle("specexit_stats", server, SHORT)
+    assert stats0["telemetry_malformed_lines"] == 0 and stats0["unfinished_requests"] == 0, stats0
+
+    t0 = time.time()
+    r = httpx.post(url, json=body, timeout=30)
+    hit = time.time()
+    assert r.status_code == 503 and "timed out after 1s" in r.json()["error"]["message"], r.text
+    assert hit - t0 < SHORT_DEADLINE_S + 3
+    idle_after = _engine_idle_after(hit)
+    stats1 = handle("specexit_stats", server, SHORT)
+    assert stats1["aborts"] > stats0["aborts"], (stats0, stats1)
+
+    with httpx.stream("POST", url, json={**body, "stream": True}, timeout=30) as s:
+        events = [line for line in s.iter_lines() if line.startswith("data: ")]
+    hit = time.time()
+    assert events and "timed out" in events[-1] and len(events) > 1, events[-1:]
+    idle_after_stream = _engine_idle_after(hit)
+    assert handle("specexit_stats", server, SHORT)["aborts"] > stats1["aborts"]
+    assert idle_after < 3 and idle_after_stream < 3, (idle_after, idle_after_stream)
+    print(f"engine idle {idle_after:.2f} s after the deadline (stream: {idle_after_stream:.2f} s)")
+
+
+def test_fuzz_from_the_openapi_schema(base):
+    """#16 item 7: schemathesis cases for every operation of the endpoint's own OpenAPI schema (half of
+    the bodies carry the served model's name, so they get past routing into the limits, vLLM's
+    validation and the engine): no 5xx, no hang, and the server answers afterwards."""
+    import requests
+    import schemathesis
+    from hypothesis import HealthCheck, Phase, given, settings
+
+    spec = httpx.get(base + "/openapi.json", headers=auth(), timeout=30).json()
+    schema = schemathesis.openapi.from_dict(spec)
+    session, ran, bad, slowest = requests.Session(), Counter(), [], 0.0
+    t0 = time.time()
+
+    def fuzz(op):
+        @settings(
+            max_examples=FUZZ_EXAMPLES,
+            deadline=None,
+            database=None,
+            derandomize=True,
+            phases=[Phase.explicit, Phase.generate],
+            suppress_health_check=list(HealthCheck),
+        )
+        @given(case=op.as_strategy())
+        def one(case):
+            nonlocal slowest
+            if isinstance(case.body, dict) and "model" in case.body and ran[op.label] % 2 == 0:
+                case.body["model"] = MODEL
+            ran[op.label] += 1
+            t = time.time()
+            try:
+                r = case.call(base_url=base, session=session, headers=auth(), timeout=60)
+                code, text = r.status_code, r.text[:300]
+            except requests.RequestException as e:  # a hang or a dropped connection
+                code, text = type(e).__name__, str(e)[:300]
+            slowest = max(slowest, time.time() - t)
+            if not isinstance(code, int) or code >= 500:
+                bad.append((op.label, code, text, str(case.body)[:300]))
+
+        one()
+
+    for result in schema.get_all_operations():
+        fuzz(result.ok())
+    total, took = sum(ran.values()), time.time() - t0
+    print(f"fuzz: {total} cases over {len(ran)} operations in {took:.0f} s (slowest {slowest:.1f} s): {dict(ran)}")
+    assert not bad, bad[:5]
+    assert total >= 5 * FUZZ_EXAMPLES
+    assert httpx.post(base + "/v1/chat/completions", json=GOOD, headers=auth(), timeout=60).status_code == 200
 
 
 # -- streaming abort, load, overload ------------------------------------------------------------------
