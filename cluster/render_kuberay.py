@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,6 +78,8 @@ ACCELERATOR_NODE_LABELS = {
 # the pod's share of Ray's object store).
 SERVE_CPUS_PER_GPU = 10
 SERVE_MEMORY_GIB_PER_GPU = 40
+# a stopping serve pod gets its replicas' graceful shutdown plus this before Kubernetes kills it
+POD_STOP_MARGIN_S = 30
 
 
 @dataclass(frozen=True)
@@ -255,6 +258,7 @@ def gpu_group(
     extra_volumes=(),
     extra_mounts=(),
     accelerator_type: str | None = None,
+    termination_grace_s: int | None = None,
 ) -> dict:
     res = {"cpu": str(cpus), "memory": memory, "nvidia.com/gpu": str(gpus)}
     spec = {
@@ -279,6 +283,10 @@ def gpu_group(
         # pinned replica and never adds a pod. The affinity makes the declaration true.
         start["resources"] = "'" + json.dumps({f"accelerator_type:{accelerator_type}": 1}) + "'"
         spec["affinity"] = accelerator_affinity(accelerator_type)
+    if termination_grace_s is not None:
+        # Kubernetes kills a pod this long after SIGTERM (default 30 s), whatever Serve's own
+        # graceful shutdown is still waiting for: a scale-down would cut long generations.
+        spec["terminationGracePeriodSeconds"] = termination_grace_s
     return {
         "groupName": name,
         "replicas": replicas,
@@ -439,6 +447,7 @@ def serve_group(cluster: str, applications: list, vols: list, mounts: list) -> d
         vols,
         mounts,
         accelerator_type=args.model.accelerator_type,
+        termination_grace_s=math.ceil(args.shutdown_timeout_s) + POD_STOP_MARGIN_S,
     )
 
 

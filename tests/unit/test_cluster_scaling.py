@@ -158,3 +158,26 @@ def test_without_the_declared_resource_the_pinned_replicas_cannot_scale(no_runti
     head, node_types = _node_types(cr)
     (gpu_need,) = [need for _, _, need in _demands(_serve_app(svc)) if need.get("GPU")]
     assert _pack(head, node_types, [gpu_need]) is None
+
+
+@pytest.mark.parametrize("recipe", rk.RECIPES, ids=lambda r: r.name)
+def test_a_stopping_serve_pod_outlives_its_longest_request(recipe):
+    """#18 item 7 / #16 item 6: the deadline covers the model's longest answer at a slow decode
+    rate, Serve's graceful shutdown covers the deadline, and Kubernetes' grace period covers both
+    (its default, 30 s, would cut every long generation on scale-down)."""
+    from serve_app.config import load_args
+
+    svc = _rayservice(recipe)
+    args = load_args(_serve_app(svc)["args"])
+    (group,) = svc["spec"]["rayClusterConfig"]["workerGroupSpecs"]
+    grace = group["template"]["spec"]["terminationGracePeriodSeconds"]
+    assert args.request_timeout_s >= args.model.max_model_len / 20  # >= 20 tokens/s per request
+    assert args.shutdown_timeout_s >= args.request_timeout_s
+    assert grace >= args.shutdown_timeout_s + rk.POD_STOP_MARGIN_S
+
+
+@pytest.mark.parametrize("name", ["qwen3-4b.yaml", "r1-llama-8b.yaml", "qwen3-4b-h100.yaml"])
+def test_ray_up_serve_configs_let_the_app_deadline_answer_first(name):
+    cfg = yaml.safe_load((REPO_ROOT / "cluster" / "serve" / name).read_text())
+    (app,) = cfg["applications"]
+    assert cfg["http_options"]["request_timeout_s"] > app["args"]["request_timeout_s"]  # the app's 503 + message
