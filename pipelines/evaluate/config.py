@@ -15,21 +15,10 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 
 from pipelines.common.config import EngineConfig, RayConfig
+from pipelines.common.methods import METHODS
 from pipelines.common.prompt_source import InputConfig
 from specexit_core.typed_config import StrictModel, resolve_model, resolve_path
 
-METHODS = (
-    "plain",
-    "eagle3",
-    "specexit",
-    "specexit_paper",
-    "specexit_default",
-    "budget",
-    "deer",
-    "dynasor",
-    "nothink",
-    "oracle",
-)
 # One request per problem: their accuracy runs can go as one batched generate per method (see
 # `EvalConfig.latency_problems`); deer / dynasor / oracle are loops of requests per problem.
 SINGLE_REQUEST = ("plain", "eagle3", "specexit", "specexit_paper", "specexit_default", "budget", "nothink")

@@ -16,18 +16,9 @@ import argparse
 import json
 from pathlib import Path
 
-ORDER = [
-    "plain",
-    "eagle3",
-    "specexit",
-    "specexit_paper",
-    "specexit_default",
-    "budget",
-    "deer",
-    "dynasor",
-    "nothink",
-    "oracle",
-]
+from pipelines.common.methods import METHODS
+
+ORDER = METHODS
 COLORS = {
     "plain": "#7f7f7f",
     "eagle3": "#1f77b4",

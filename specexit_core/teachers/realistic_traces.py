@@ -22,9 +22,8 @@ import random
 from dataclasses import dataclass, field
 
 from specexit_core.toy.task import Problem, apply, is_hard, problems
-from specexit_core.toy.traces import INVERSE, slipped_value
+from specexit_core.toy.traces import BREAK, INVERSE, THINK_CLOSE, slipped_value
 
-BREAK = "\n\n"
 OP_WORDS = {"+": ("plus", "add"), "-": ("minus", "subtract"), "*": ("times", "multiply by")}
 
 
@@ -57,7 +56,7 @@ class RealisticTrace:
     @property
     def completion(self) -> str:
         """What the assistant writes after a generation prompt that opened `<think>`."""
-        return self.think_text + "</think>" + BREAK + self.answer_text
+        return self.think_text + THINK_CLOSE + BREAK + self.answer_text
 
     @property
     def first_answer_wrong(self) -> bool:

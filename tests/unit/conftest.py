@@ -86,3 +86,15 @@ def no_ray_cluster_no_vllm_engine(monkeypatch):
     finally:
         sys.meta_path.remove(hook)
     # monkeypatch restores every guarded attribute after this fixture
+
+
+@pytest.fixture
+def one_torch_thread():
+    """Tiny matmuls on a shared 2-core machine: threads only contend (modules opt in with
+    `pytestmark = pytest.mark.usefixtures("one_torch_thread")`)."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

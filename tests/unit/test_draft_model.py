@@ -14,13 +14,7 @@ from specexit_core.draft.vocab import build_draft_vocab
 from specexit_core.training import ttt_attention
 from specexit_core.training.loss import DynamicWeighting, LossConfig, ttt_token_loss, ttt_unroll
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny matmuls on a shared 2-core machine: threads only contend
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def small_cfg(**kw) -> DraftConfig:

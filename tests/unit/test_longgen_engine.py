@@ -12,13 +12,7 @@ from specexit_core.longgen.plain import plain_decode
 from specexit_core.longgen.tree import TreeConfig
 from support.tiny_lm import tiny_lm
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny matmuls on a shared 2-core machine: threads only contend
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 SMALL_KV = LongGenConfig(partial_kv=PartialKVConfig(budget=48, sinks=4, room=8))  # reselects every ~8 tokens

@@ -11,13 +11,7 @@ from specexit_core.longgen.penalty import PenaltyConfig, penalise, tree_presence
 from specexit_core.longgen.target import KVCache
 from specexit_core.longgen.tree import TreeConfig, build_tree
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny matmuls on a shared 2-core machine: threads only contend
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_penalty_formula_and_windows():

@@ -6,13 +6,7 @@ import torch
 from specexit_core.longgen.target import Target
 from support.tiny_lm import tiny_lm
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny matmuls on a shared 2-core machine: threads only contend
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.mark.parametrize("arch", ["qwen3", "llama", "qwen2"])

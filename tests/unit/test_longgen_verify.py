@@ -9,13 +9,7 @@ import torch
 from specexit_core.longgen.tree import CandidateTree
 from specexit_core.longgen.verify import verify_tree_greedy, verify_tree_sampled
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny matmuls on a shared 2-core machine: threads only contend
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 V = 5

@@ -30,12 +30,7 @@ DRAFT_VOCAB = 1000
 TOLERANCE = (0.9, 1.15)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny matmuls on a shared 2-core machine: threads only contend
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def measure_step(*, recompute: bool, autocast: bool, batch_size=2, seq_len=64, unroll=7, chunk=64):
