@@ -47,6 +47,18 @@ def _engine_dead(e: BaseException) -> bool:
     )
 
 
+# What the engine replica raises for a request whose values it cannot hold (e.g. an integer past 64
+# bits reaching a C conversion: OverflowError) or our request handling rejects (ValueError,
+# TypeError), outside vLLM's own validation (which answers those with its ErrorResponse): the
+# client's input, so 400, not 500.
+_INPUT_ERRORS = (OverflowError, ValueError, TypeError)
+
+
+def _input_error(e: BaseException) -> BaseException | None:
+    cause = getattr(e, "cause", None)
+    return cause if isinstance(cause, _INPUT_ERRORS) else None
+
+
 async def http_error_handler(request: Request, exc: StarletteHTTPException) -> JSONResponse:
     """FastAPI answers HTTPException (e.g. unknown model, 404) as `{"detail": ...}`; OpenAI clients
     expect `{"error": {...}}`."""
@@ -208,6 +220,11 @@ class SpecExitIngress(OpenAiIngress):
                 self._retry_after,
             )
         except RayTaskError as e:
+            bad = _input_error(e)
+            if bad is not None:
+                return error_response(
+                    400, f"invalid request: {type(bad).__name__}: {bad}"[:500], "invalid_request_error"
+                )
             if not _engine_dead(e):
                 raise
             log.warning("engine dead under a request; the health check replaces the replica")

@@ -374,3 +374,34 @@ def test_deadline_cancels_the_engine_call(case):
         assert "timed out" in body[-1] and calls[0].cancelled
     else:
         assert "timed out" not in "".join(body) and not calls[0].cancelled
+
+
+@pytest.mark.parametrize("cause", [OverflowError("Python int too large to convert to C long"), ValueError("bad")])
+def test_input_errors_from_the_replica_are_400_not_500(cause):
+    """#16 item 7: a value the replica cannot hold (found by fuzzing: huge integers) comes back as a
+    RayTaskError; the ingress answers 400 with the reason instead of a 500."""
+    from ray.exceptions import RayTaskError
+
+    ing = _ingress()
+
+    async def get_response(*, body, call_method, raw_request=None):
+        raise RayTaskError("chat", "Traceback ...", cause)
+        yield  # an async generator, like the real one
+
+    ing._get_response = get_response
+    resp = asyncio.run(ing._process_llm_request(types.SimpleNamespace(n=1, messages=[1]), "chat"))
+    assert resp.status_code == 400 and type(cause).__name__ in resp.body.decode()
+
+
+def test_other_replica_errors_stay_server_errors():
+    from ray.exceptions import RayTaskError
+
+    ing = _ingress()
+
+    async def get_response(*, body, call_method, raw_request=None):
+        raise RayTaskError("chat", "Traceback ...", KeyError("x"))
+        yield
+
+    ing._get_response = get_response
+    with pytest.raises(RayTaskError):
+        asyncio.run(ing._process_llm_request(types.SimpleNamespace(n=1, messages=[1]), "chat"))
