@@ -55,7 +55,8 @@ def test_main_demo_quick(tmp_path):
     for png in ("pareto.png", "latency.png", "signals.png"):
         assert (report.parent / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "[demo] stage 6/6: evaluate done" in out.stderr  # progress is visible
-    # Ray is down before the summary: vLLM actors' resource_tracker KeyError tracebacks (a tracker
-    # relaunched while the engine shuts down) can no longer be streamed after it
-    assert "KeyError" not in "\n".join(out.stderr.strip().splitlines()[-5:])
+    # Ray is down before the summary is printed: nothing follows the demo's last log line on stderr
+    # (vLLM actors' resource_tracker KeyError tracebacks still appear *during* the stages, streamed
+    # by Ray; they can no longer come after the summary)
+    assert "[demo]" in out.stderr.strip().splitlines()[-1], out.stderr[-2000:]
     assert isinstance(st["calibrate"]["at_grid_edge"], list)
