@@ -23,6 +23,7 @@ import pytest
 
 from support.cli import output_json, tail
 from support.paths import REPO_ROOT, VENV_BIN
+from support.ray_head import stop_processes
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -71,17 +72,7 @@ def stop_cluster_of(home: Path) -> None:
                 mine.append(p)
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             pass
-    for p in mine:
-        try:
-            p.terminate()
-        except psutil.NoSuchProcess:
-            pass
-    _, alive = psutil.wait_procs(mine, timeout=10)
-    for p in alive:
-        try:
-            p.kill()
-        except psutil.NoSuchProcess:
-            pass
+    stop_processes(mine, timeout=10)
 
 
 def ray_address_file() -> Path:

@@ -105,21 +105,25 @@ class LocalHead:
         return list({p.pid: p for p in mine + kids}.values())
 
     def stop(self) -> None:
-        import psutil
-
-        procs = self._procs()
-        for p in procs:
-            try:
-                p.send_signal(signal.SIGTERM)
-            except psutil.NoSuchProcess:
-                pass
-        _, alive = psutil.wait_procs(procs, timeout=8)
-        for p in alive:
-            try:
-                p.kill()
-            except psutil.NoSuchProcess:
-                pass
+        stop_processes(self._procs(), timeout=8)
         shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def stop_processes(procs, timeout: float) -> None:
+    """SIGTERM each psutil process, then SIGKILL what is still alive after `timeout` seconds."""
+    import psutil
+
+    for p in procs:
+        try:
+            p.send_signal(signal.SIGTERM)
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(procs, timeout=timeout)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
 
 
 def retry_no_agent(
