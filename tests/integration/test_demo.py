@@ -18,7 +18,7 @@ def test_toy_demo_json():
     assert res["think_token_reduction"] > 0.1
 
 
-def test_main_demo_quick(tmp_path):
+def test_main_demo_quick(tmp_path, monkeypatch):
     """`specexit demo --quick --json`: every stage runs for real (Ray Data, Ray Train, Ray Serve, vLLM)
     and the last line is the per-method summary of issue #7."""
     from pathlib import Path
@@ -60,3 +60,29 @@ def test_main_demo_quick(tmp_path):
     # by Ray; they can no longer come after the summary)
     assert "[demo]" in out.stderr.strip().splitlines()[-1], out.stderr[-2000:]
     assert isinstance(st["calibrate"]["at_grid_edge"], list)
+    _check_calibration(wd, draft, monkeypatch)
+
+
+def _check_calibration(wd, draft: dict, monkeypatch) -> None:
+    """Stage 4 is `specexit calibrate` (examples/toy/calibrate.yaml on the dev split, run in-process):
+    offline replay over the grid, the engine's confirmation, and a config every plugin reader takes
+    (SPECEXIT_EXIT_CONFIG as a path, the draft's exit_defaults, per-request settings)."""
+    from specexit_core.exit import ExitConfig
+    from specexit_core.vllm_plugin.controls import request_exit_config, server_defaults
+
+    out = json.loads((wd / "calibrated.json").read_text())
+    chosen = ExitConfig.from_dict(out["exit"])  # every field valid
+    c = out["calibration"]
+    assert c["n_traces"] == 8 and c["grid_size"] > 10
+    tol = c["tolerance"]
+    # never less accurate than EAGLE-3 on the dev split beyond the tolerance, in replay and for real
+    assert c["chosen_replay"]["accuracy"] >= c["eagle3"]["accuracy"] - tol - 1e-9 and c["within_tolerance"]
+    assert c["chosen_replay"]["think_tokens"] <= c["default"]["think_tokens"] + 1e-9  # the default is in the grid
+    conf = c["confirmed"]
+    assert conf["within_tolerance"]
+    assert conf["specexit"]["think_tokens"] == pytest.approx(c["chosen_replay"]["think_tokens"])  # greedy: same exits
+    monkeypatch.delenv("SPECEXIT_EXIT_CONFIG", raising=False)
+    assert server_defaults(draft["specexit"]["exit_defaults"]) == chosen  # the served draft's defaults
+    monkeypatch.setenv("SPECEXIT_EXIT_CONFIG", str(wd / "calibrated.json"))
+    assert server_defaults() == chosen
+    assert request_exit_config({"specexit": out["exit"]}, ExitConfig()) == chosen

@@ -29,6 +29,7 @@ from specexit_core.toy.task import problems
 from support.cli import output_json, run_json
 from support.cli import run as run_cmd
 from support.ray_head import LocalHead, retry_no_agent
+from support.runbook import job_commands, stage_of
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -327,6 +328,30 @@ def test_train_job_survives_a_killed_worker(cluster, work):
         assert f"{term}=" in logs
     draft = work / "draft"
     assert (draft / "config.json").exists() and (draft / "model.safetensors").exists()
+
+
+def test_runbook_job_commands_resume_the_chain(cluster, work):
+    """docs/runbook.md's `ray job submit` lines run as written (bash, `RAY_ADDRESS` exported as the
+    runbook does, `$CONFIGS` = this chain's configs) against this cluster once the stages above are
+    done: the smoke job sees the cluster, and each stage resumes its finished output (every id is
+    skipped, training resumes at its last step) and reports it complete. The runbook's GPU configs
+    differ only in values (test_cluster_runbook.py checks the command lines)."""
+    env = dict(cluster.env, CONFIGS=str(work), RAY_ADDRESS=cluster.address)
+    summaries = {}
+    for cmd in job_commands():
+        r = retry_no_agent(lambda: run_cmd(["bash", "-c", cmd], env=env, timeout=600))  # noqa: B023 (called at once)
+        assert r.returncode == 0, f"{cmd}\n{r.stdout[-5000:]}\n{r.stderr[-3000:]}"
+        if stage_of(cmd):
+            summaries[stage_of(cmd)] = output_json(r.stdout)
+        else:
+            assert "'CPU': 8.0" in r.stdout, r.stdout[-2000:]  # the smoke job saw the cluster
+    assert list(summaries) == ["traces", "labels", "train_draft"]
+    for stage in ("traces", "labels"):
+        s = summaries[stage]
+        assert s["complete"] and s["processed_this_run"] == 0 and s["skipped_already_done"] == len(_expected_ids()), s
+    s = summaries["train_draft"]
+    assert s["complete"] and s["step"] == 30 and s["resumed_from_steps"][-1] == 30, s
+    assert (work / "draft" / "config.json").exists()
 
 
 def test_rerun_with_same_name_resumes_locally(work):
