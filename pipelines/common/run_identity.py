@@ -15,7 +15,7 @@ compares:
 
 A mismatch raises `RunIdentityMismatch` naming every field that changed (old -> new); the command
 line prints it and exits 2. An output written before `run.json` existed is adopted (its identity
-written now). The evaluate stage can adopt the same helper: `check_identity` + `write_identity`.
+written now). Every stage uses it: traces, labels, train_draft and evaluate.
 """
 
 from __future__ import annotations

@@ -17,7 +17,18 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from pipelines.common.config import StageBase
 from pipelines.common.parts import clean_tmp, part_files, read_all
+from pipelines.common.run_identity import (
+    RunIdentityMismatch,
+    changed_rows,
+    check_identity,
+    config_identity,
+    model_fingerprint,
+    read_identity,
+    refuse_changed_rows,
+    write_identity,
+)
 from pipelines.evaluate.config import EvalConfig
 from pipelines.evaluate.intervals import accuracy_ci95, paired_diff_ci95, within_points
 from pipelines.evaluate.rules import best_setting
@@ -199,38 +210,65 @@ def tally_problems(rows: list[dict], expected: list[str]) -> dict:
     return {"input_rows": len(exp), "ok": ok, "errors": err, "missing": missing, "complete": missing == 0}
 
 
-_IDENTITY = (
-    "engine",
-    "draft",
-    "num_speculative_tokens",
-    "grader",
-    "seed",
-    "max_tokens",
-    "deer",
-    "dynasor",
-    "oracle",
-    "chat_template_kwargs",
-    "methods",
-    "temperatures",
-    "budget_sweep",
-    "latency_problems",
+# Keys that change how the job runs or only the summary, not the rows it writes: a resume may change
+# them (pipelines/common/run_identity.py). The models count by content (`models`; `draft` stays in
+# `config` too: the report reads the draft's path from run.json), the exit setting as resolved
+# (`specexit_exit`: a calibrated file is a path), the input row by row (`check_input_rows`).
+RUN_ONLY_KEYS = frozenset(
+    {
+        "output",
+        "limit",
+        "ray",
+        "batch_size",
+        "concurrency",
+        "accuracy_tolerance",
+        "calibrated",
+        "specexit_exit",
+        "input.path",
+        "input.n",
+    }
+    | {k for k in StageBase.RUN_ONLY_KEYS if k.startswith("engine.")}
 )
 
 
-def check_run_identity(cfg: EvalConfig) -> None:
-    """Resuming appends to the parts already there, so they must come from the same models and
-    method settings; `run.json` records them (a new draft needs a new output folder)."""
-    p = Path(cfg.output) / "run.json"
-    ident = json.loads(json.dumps({**cfg.model_dump(include=set(_IDENTITY)), "specexit_exit": _exit_used(cfg)}))
-    if p.exists() and part_files(cfg.output):
-        old = json.loads(p.read_text())
-        diff = sorted(k for k in ident if old.get(k) != ident.get(k))
-        if diff:
-            raise ValueError(
-                f"{cfg.output} holds an evaluation with other {', '.join(diff)}; "
-                f"use a new output folder (or delete this one)"
-            )
-    p.write_text(json.dumps(ident, indent=2) + "\n")
+def identity(cfg: EvalConfig) -> dict:
+    """What the evaluation rows depend on: config, target and draft weights, the exit setting used."""
+    return {
+        "stage": "evaluate",
+        "config": config_identity(cfg, RUN_ONLY_KEYS),
+        "models": {"engine.model": model_fingerprint(cfg.engine.model), "draft": model_fingerprint(cfg.draft)},
+        "specexit_exit": _exit_used(cfg),
+    }
+
+
+def check_input_rows(cfg: EvalConfig, problems: list[dict]) -> None:
+    """Every problem already written must still have the prompt and gold it was evaluated on."""
+    if not part_files(cfg.output):
+        return
+    t = read_all(cfg.output, ["problem_id", "prompt", "gold"])
+    cols = (t.column(c).to_pylist() for c in ("problem_id", "prompt", "gold"))
+    written = {i: (p, g) for i, p, g in zip(*cols)}
+    refuse_changed_rows(
+        "evaluate",
+        cfg.output,
+        changed_rows(written, {r["id"]: (r.get("prompt"), r.get("gold")) for r in problems}),
+        "Ids without an id column are positions (row-<index>): inserting or removing input lines shifts "
+        "them. Give the input an id column (input.id_column) or use a new output folder.",
+    )
+
+
+def check_run_identity(cfg: EvalConfig, problems: list[dict] | None = None) -> dict:
+    """Refuse to resume into output of another run (RunIdentityMismatch, a ValueError); returns the
+    identity for `write_identity`. An output whose `run.json` predates the shared format is adopted."""
+    ident = identity(cfg)
+    old = read_identity(cfg.output)
+    if old is not None and "stage" not in old:
+        log.warning("evaluate: %s has a run.json of an older format; adopting the output", cfg.output)
+    else:
+        check_identity(cfg.output, ident, resuming=bool(part_files(cfg.output)), what="evaluate")
+    if problems is not None:
+        check_input_rows(cfg, problems)
+    return ident
 
 
 def run_evaluation(cfg: EvalConfig) -> dict:
@@ -239,6 +277,7 @@ def run_evaluation(cfg: EvalConfig) -> dict:
     from pipelines.common.prompt_source import read_prompts
     from pipelines.common.runtime import engine_env, init_ray, use_gpu
 
+    ident = check_run_identity(cfg)  # before Ray starts: a refusal costs nothing
     init_ray(cfg.ray)
     import ray
 
@@ -246,8 +285,9 @@ def run_evaluation(cfg: EvalConfig) -> dict:
     problems = read_prompts(cfg.input, cfg.limit)
     expected = [p["id"] for p in problems]
     Path(cfg.output).mkdir(parents=True, exist_ok=True)
-    check_run_identity(cfg)
+    check_input_rows(cfg, problems)
     clean_tmp(cfg.output)
+    write_identity(cfg.output, ident)
     done = set()
     if part_files(cfg.output):
         done = set(read_all(cfg.output, ["problem_id"]).column("problem_id").to_pylist())
@@ -322,7 +362,7 @@ def toy_eval_config(
 ) -> EvalConfig:
     """The toy recipe (`examples/toy/evaluate.yaml`, shipped in the package's checkout) with the
     pieces a caller such as `specexit demo` sets: the draft it trained, n test problems, the output."""
-    recipe = Path(__file__).resolve().parents[1] / "examples" / "toy" / "evaluate.yaml"
+    recipe = Path(__file__).resolve().parents[2] / "examples" / "toy" / "evaluate.yaml"
     d = read_yaml(recipe)
     d.update(draft=str(draft), output=str(output), limit=n, **overrides)
     d["input"] = {**d["input"], "n": n}
@@ -389,7 +429,11 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, OSError) as e:
         print(str(e), file=sys.stderr)
         return 2
-    summary = run_evaluation(cfg)
+    try:
+        summary = run_evaluation(cfg)
+    except RunIdentityMismatch as e:  # refused before any row was written
+        print(str(e), file=sys.stderr)
+        return 2
     if args.report:
         from pipelines.report.job import write_report
 

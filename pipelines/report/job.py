@@ -353,7 +353,8 @@ def _split_ids(run_dir: Path) -> set[int] | None:
 
     try:
         ident = json.loads((run_dir / "run.json").read_text())
-        return set(read_config(ident["draft"]).token_ids["split"])
+        draft = ident["config"]["draft"] if "config" in ident else ident["draft"]  # run.json before #16: flat
+        return set(read_config(draft).token_ids["split"])
     except Exception:
         return None
 
