@@ -6,7 +6,9 @@ vLLM's own serving layer; this class only post-processes what it returns:
   chunk of a stream (`stream_options.include_usage`);
 * `reasoning_content` next to vLLM 0.32's `reasoning`, for clients written against the older name;
 * counts the engine aborts (a client that disconnects must abort its request in the engine);
-* `usage.specexit.fallback`: why the worker ran a request without SpecExit (from `fallbacks-*.jsonl`).
+* `usage.specexit.fallback`: why the worker ran a request without SpecExit (from `fallbacks-*.jsonl`);
+* counts the requests that reach it, and those that still carry an `Authorization` header (the
+  ingress strips it after the key check, serve_app/auth.py: this count must stay 0).
 """
 
 from __future__ import annotations
@@ -25,6 +27,13 @@ from specexit_core.vllm_plugin.controls import request_exit_config, server_defau
 from specexit_core.vllm_plugin.telemetry import TELEMETRY_DIR_ENV
 
 log = logging.getLogger("specexit.serve.engine")
+
+# What vLLM's own API server answers with 400 (its fallback exception handlers) but Ray Serve LLM's
+# `VLLMEngine.chat` / `completions` let through as a 500: they catch only ValueError and vLLM's client
+# errors. The request schema accepts chat messages that vLLM cannot render, e.g. a Harmony `Message`
+# (`{"author": {...}, "content": [...]}`, one arm of its `messages` union): rendering it raises
+# `TypeError: 'Message' object is not subscriptable` (found by the schema fuzzer, issue #16 item 7).
+_CLIENT_INPUT_ERRORS = (TypeError, OverflowError)
 
 
 def _draft_specexit_fields(engine_kwargs: dict) -> SpecExitFields | None:
@@ -49,6 +58,7 @@ class SpecExitVLLMEngine(VLLMEngine):
         tdir = os.environ.get(TELEMETRY_DIR_ENV)
         self._events = ExitEventIndex(tdir) if (tdir and block) else None
         self._aborts = 0
+        self._requests = self._requests_with_authorization = 0
         orig_abort = self._engine_client.abort
 
         async def abort(request_id, *args, **kw):
@@ -69,9 +79,12 @@ class SpecExitVLLMEngine(VLLMEngine):
             return None
 
     def specexit_stats(self) -> dict:
-        """Engine aborts, requests the engine still runs, telemetry lines skipped as malformed."""
+        """Engine aborts, requests the engine still runs, telemetry lines skipped as malformed,
+        requests seen and those that arrived with an Authorization header."""
         return {
             "aborts": self._aborts,
+            "requests": self._requests,
+            "requests_with_authorization": self._requests_with_authorization,
             "specexit_active": self._specexit_active,
             "unfinished_requests": self._unfinished(),
             "telemetry_malformed_lines": self._events.malformed_lines if self._events is not None else 0,
@@ -101,18 +114,41 @@ class SpecExitVLLMEngine(VLLMEngine):
             yield item
 
     async def _with_telemetry(self, method, request, raw_request_info, *, chat: bool):
+        self._count_request(raw_request_info)
         want_ids = bool(getattr(request, "return_token_ids", False))
         request.return_token_ids = True  # think tokens are counted on ids, not re-tokenized text
         enabled = self._enabled(request)
         n = None if chat else max(int(getattr(request, "n", None) or 1), 1)
         stream = _StreamRewriter(self, want_ids, enabled, n)
-        async for item in method(request, raw_request_info):
+        async for item in self._input_errors_as_400(method(request, raw_request_info), chat):
             if isinstance(item, str):
                 yield stream.rewrite(item)
             elif hasattr(item, "choices") and hasattr(item, "usage"):
                 yield self._finish_response(item, want_ids, enabled, n)
             else:
                 yield item  # ErrorResponse
+
+    async def _input_errors_as_400(self, items, chat: bool):
+        """vLLM's own answer to an input error raised before the first output (400 naming the error)
+        instead of Ray Serve LLM's 500 "Internal Server Error"; later errors pass unchanged."""
+        started = False
+        try:
+            async for item in items:
+                started = True
+                yield item
+        except _CLIENT_INPUT_ERRORS as e:
+            if started:
+                raise
+            log.info("request refused as invalid input: %s: %s", type(e).__name__, e)
+            serving = self._oai_serving_chat if chat else self._oai_serving_completion
+            hint = " (each chat message must be an object with 'role' and 'content')" if chat else ""
+            yield self._make_error_response(serving, ValueError(f"invalid request{hint}: {type(e).__name__}: {e}"))
+
+    def _count_request(self, raw_request_info) -> None:
+        self._requests += 1
+        headers = getattr(raw_request_info, "headers", None) or {}
+        if any(str(k).lower() == "authorization" for k in headers):
+            self._requests_with_authorization += 1
 
     def _telemetry(
         self, response_id: str, token_ids_by_choice: dict[int, list[int]], enabled: bool, n: int | None
