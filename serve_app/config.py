@@ -112,6 +112,9 @@ class AutoscalingArgs(ServeArgs):
     target_ongoing_requests: float = Field(16, gt=0)
     upscale_delay_s: float = Field(30.0, ge=0)
     downscale_delay_s: float = Field(600.0, ge=0)
+    # the window Serve averages ongoing requests over (None: Serve's 30 s); a short one lets the
+    # scaling tests react in seconds
+    look_back_period_s: float | None = Field(None, gt=0)
 
     @model_validator(mode="after")
     def _order(self):
