@@ -8,6 +8,12 @@ of the tokens are split tokens, and every request has SpecExit on (the costly ca
 
 `step_us_without_hook` is the sampling work of the same step without the hook, for scale: greedy
 rejection sampling of those logits (argmax per row, accept the drafts' longest matching prefix).
+The `detail` line also splits the hook's time: `signals_us_*` is its rows' part alone (the aux
+layers through the draft's fc signal rows and `activate`, with token ids and positions: torch work
+that a GPU engine runs as device kernels and one transfer, here CPU work), timed by a second call
+on the same step; `hook_cpu_us_*` is the
+hook's CPU time (the thread's, so other jobs' preemption is left out: on a shared machine the
+steadier figure).
 The synthetic state (`SyntheticDrafter`, `SyntheticRunner`) is also what the hook's unit tests use.
 
 Output: a `setup` line (with the load average before and after: on a shared machine other jobs
@@ -121,14 +127,18 @@ def run_hook_bench(
     torch.set_num_threads(1)  # an engine step's host work is single-threaded Python + small ops
     try:
         for n in sizes:
-            th, tb = _bench_size(n, k, steps, warmup, split_share, accept, hidden, vocab, seed, rng)
-            hook_us[str(n)] = _us(statistics.fmean(th))
-            base_us[str(n)] = _us(statistics.fmean(tb))
+            t = _bench_size(n, k, steps, warmup, split_share, accept, hidden, vocab, seed, rng)
+            hook_us[str(n)] = _us(statistics.fmean(t["hook"]))
+            base_us[str(n)] = _us(statistics.fmean(t["base"]))
             detail[str(n)] = {
-                "hook_us_min": _us(min(th)),
-                "hook_us_median": _us(statistics.median(th)),
-                "without_hook_us_min": _us(min(tb)),
-                "without_hook_us_median": _us(statistics.median(tb)),
+                "hook_us_min": _us(min(t["hook"])),
+                "hook_us_median": _us(statistics.median(t["hook"])),
+                "without_hook_us_min": _us(min(t["base"])),
+                "without_hook_us_median": _us(statistics.median(t["base"])),
+                "hook_cpu_us_min": _us(min(t["hook_cpu"])),
+                "hook_cpu_us_median": _us(statistics.median(t["hook_cpu"])),
+                "signals_us_min": _us(min(t["signals"])),
+                "signals_us_median": _us(statistics.median(t["signals"])),
             }
     finally:
         torch.set_num_threads(threads)
@@ -139,7 +149,7 @@ def _us(seconds: float) -> float:
     return round(seconds * 1e6, 1)
 
 
-def _bench_size(n, k, steps, warmup, split_share, accept, hidden, vocab, seed, rng) -> tuple[list[float], list[float]]:
+def _bench_size(n, k, steps, warmup, split_share, accept, hidden, vocab, seed, rng) -> dict[str, list[float]]:
     from specexit_core.vllm_plugin.runner_hook import SpecExitRunnerState
 
     runner = SyntheticRunner()
@@ -154,8 +164,7 @@ def _bench_size(n, k, steps, warmup, split_share, accept, hidden, vocab, seed, r
     def token() -> int:
         return SPLIT if rng.random() < split_share else rng.randrange(4, vocab)
 
-    t_hook: list[float] = []
-    t_base: list[float] = []
+    times: dict[str, list[float]] = {"hook": [], "base": [], "hook_cpu": [], "signals": []}
     for s in range(warmup + steps):
         batch = []
         for rid, c in committed.items():
@@ -163,21 +172,23 @@ def _bench_size(n, k, steps, warmup, split_share, accept, hidden, vocab, seed, r
         rows = len(batch) * (k + 1)
         aux = [torch.randn(rows, hidden) for _ in range(3)]
         ex = runner.step(batch, aux, vocab)
-        t0 = time.perf_counter()
+        c0, t0 = time.thread_time(), time.perf_counter()
         state.before_sample(runner, ex)
-        t1 = time.perf_counter()
+        t1, c1 = time.perf_counter(), time.thread_time()
         draft = torch.tensor([t for _, ts, _ in batch for t in ts[1:]])
         greedy_rejection(ex.logits, draft, ex.spec_decode_metadata.num_draft_tokens)
         t2 = time.perf_counter()
+        state._host_rows(runner, ex.spec_decode_metadata, ex.aux_hidden_states)  # reads only: same work again
+        t3 = time.perf_counter()
         if s >= warmup:
-            t_hook.append(t1 - t0)
-            t_base.append(t2 - t1)
+            for key, v in (("hook", t1 - t0), ("base", t2 - t1), ("hook_cpu", c1 - c0), ("signals", t3 - t2)):
+                times[key].append(v)
         for rid, ts, _ in batch:  # commit: accepted drafts + one target token
             a = 0
             while a < k and rng.random() < accept:
                 a += 1
             committed[rid].extend(ts[1 : 1 + a] + [token()])
-    return t_hook, t_base
+    return times
 
 
 def main(sizes=SIZES, steps: int = 40, as_json: bool = True) -> int:

@@ -20,3 +20,4 @@ def test_bench_hook_json_shape(capsys):
         assert (
             0 < d["hook_us_min"] <= d["hook_us_median"] and 0 < d["without_hook_us_min"] <= d["without_hook_us_median"]
         )
+        assert 0 < d["hook_cpu_us_min"] <= d["hook_cpu_us_median"] and 0 < d["signals_us_min"] <= d["signals_us_median"]
