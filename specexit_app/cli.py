@@ -31,6 +31,35 @@ def cmd_toy_build(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_teacher_build(args: argparse.Namespace) -> int:
+    from specexit_core.teachers.qwen3_like import ASSETS_DIR
+    from specexit_core.teachers.qwen3_like_build import Qwen3LikeBuildConfig, build
+
+    d = json.loads(Path(args.config).read_text()) if args.config else {}
+    if args.steps is not None:
+        d["steps"] = args.steps
+    build(Qwen3LikeBuildConfig.from_json(d), Path(args.out or ASSETS_DIR))
+    return 0
+
+
+def cmd_teacher_materialize(args: argparse.Namespace) -> int:
+    from specexit_core.teachers.materialize import materialize
+    from specexit_core.teachers.qwen3_like import ASSETS_DIR
+
+    out = materialize(Path(args.assets or ASSETS_DIR), Path(args.out) if args.out else None, force=args.force)
+    print(out)
+    return 0
+
+
+def cmd_teacher_check(args: argparse.Namespace) -> int:
+    from specexit_core.teachers.materialize import materialize
+    from specexit_core.teachers.qwen3_like_eval import check
+
+    res, _ = check(args.model or materialize(), n=args.n, seed=args.seed, split=args.split)
+    print(json.dumps(res.to_json(), indent=2))
+    return 0
+
+
 def cmd_toy_eval(args: argparse.Namespace) -> int:
     from specexit_core.toy.paths import TEACHER_DIR
     from specexit_core.toy.teacher_eval import evaluate
@@ -177,6 +206,29 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--config", help="DraftTrainConfig JSON (unknown keys are errors)")
     t.add_argument("--steps", type=int)
     t.set_defaults(func=cmd_toy_train_draft)
+
+    te = sub.add_parser("teacher", help="built-in teachers with real vocabularies (issue #13)").add_subparsers(
+        dest="teacher_cmd", required=True
+    )
+    tb = te.add_parser("build", help="train a teacher from scratch (fixed seed; qwen3-like: ~20 min on 2 cores)")
+    tb.add_argument("name", choices=["qwen3-like"])
+    tb.add_argument("--out", help="output folder of the compact weights (default: the shipped one)")
+    tb.add_argument("--config", help="build config JSON (unknown keys are errors)")
+    tb.add_argument("--steps", type=int, help="override the number of training steps")
+    tb.set_defaults(func=cmd_teacher_build)
+    tm = te.add_parser("materialize", help="expand the shipped compact teacher into a full checkpoint folder")
+    tm.add_argument("name", choices=["qwen3-like"])
+    tm.add_argument("--assets", help="compact teacher folder (default: the shipped one)")
+    tm.add_argument("--out", help="output folder (default: ~/.cache/specexit/teachers/NAME)")
+    tm.add_argument("--force", action="store_true", help="rewrite even if the folder is up to date")
+    tm.set_defaults(func=cmd_teacher_materialize)
+    tc = te.add_parser("check", help="greedy transformers check: format, accuracy, think lengths")
+    tc.add_argument("name", choices=["qwen3-like"])
+    tc.add_argument("--model", help="full checkpoint folder (default: materialise the shipped one)")
+    tc.add_argument("--n", type=int, default=100)
+    tc.add_argument("--split", default="test", choices=["train", "dev", "test"])
+    tc.add_argument("--seed", type=int, default=0)
+    tc.set_defaults(func=cmd_teacher_check)
 
     dr = sub.add_parser("draft", help="draft checkpoints").add_subparsers(dest="draft_cmd", required=True)
     c = dr.add_parser("convert", help="stock EAGLE-3 <-> SpecExit checkpoint (adds zero signal rows / strips them)")
