@@ -242,7 +242,8 @@ class SpecExitIngress(OpenAiIngress):
                 return error_response(503, chunk.error.message, chunk.error.type, self._retry_after)
             return error_response(code, chunk.error.message, chunk.error.type)
         if isinstance(chunk, NON_STREAMING_RESPONSE_TYPES):
-            return JSONResponse(content=chunk.model_dump())
+            # pydantic-core writes the JSON (stock: `model_dump()` then the `json` module, ~2x the CPU)
+            return Response(chunk.model_dump_json(), media_type="application/json")
         return StreamingResponse(
             self._guarded(openai_json_wrapper(gen), deadline, lease, calls), media_type="text/event-stream"
         )

@@ -253,3 +253,42 @@ def test_stream_rewriter():
     usage = json.loads(events[1][6:])["usage"]
     assert usage["specexit"]["think_tokens"] == 2 and usage["specexit"]["exited"] is False
     assert ExitEventIndex  # imported for the type only
+    # written again by pydantic-core: the same JSON values (non-ASCII text, escapes, floats)
+    chunk = {"id": "c2", "choices": [{"index": 0, "delta": {"content": 'é ✓ "q"\n\\'}, "logprobs": {"x": -1e-05}}]}
+    (out,) = [
+        e
+        for e in _StreamRewriter(Eng(), want_ids=True, enabled=False, n=None)
+        .rewrite("data: " + json.dumps(chunk) + "\n\n")
+        .split("\n\n")
+        if e
+    ]
+    assert json.loads(out[6:]) == chunk
+
+
+def test_ingress_writes_a_finished_response_as_stock_does():
+    """The ingress answers a non-streaming response with pydantic-core's JSON (not `model_dump()` and
+    the `json` module): the same values, non-ASCII text included."""
+    import types
+
+    from serve_app.ingress import SpecExitIngress
+    from serve_app.ray_llm import NON_STREAMING_RESPONSE_TYPES
+
+    cls = next(t for t in NON_STREAMING_RESPONSE_TYPES if t.__name__ == "ChatCompletionResponse")
+    resp = cls.model_validate(
+        {
+            "id": "c1",
+            "created": 0,
+            "model": "m",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "é ✓ 42"}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7, "specexit": {"think_tokens": 2}},
+        }
+    )
+    ing = SpecExitIngress({"m": object()}, {"m": object()})
+
+    async def get_response(**_):
+        yield resp
+
+    ing._get_response = get_response
+    out = asyncio.run(ing._process_llm_request(types.SimpleNamespace(n=1, messages=[1]), "chat"))
+    assert out.status_code == 200 and out.media_type == "application/json"
+    assert json.loads(out.body) == json.loads(json.dumps(resp.model_dump()))
