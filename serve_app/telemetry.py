@@ -11,6 +11,7 @@ for (`return_token_ids`) and strips again unless the client asked for them.
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections import OrderedDict
 from pathlib import Path
@@ -46,13 +47,22 @@ class ExitEventIndex:
         self.malformed_lines = 0  # torn / foreign lines skipped (telemetry is never fatal)
 
     def _refresh(self) -> None:
+        # Every response asks (an event is written just before its response): one listing and a
+        # size check per file, and only a file that grew is opened (was ~0.24 CPU-ms per request).
+        try:
+            names = sorted(os.listdir(self.dir))
+        except FileNotFoundError:
+            return
         for kind, store in ((EXITS, self._events), (FALLBACKS, self._fallbacks)):
-            self._read_new(kind, store)
+            files = [self.dir / n for n in names if n.startswith(f"{kind}-") and n.endswith(".jsonl")]
+            self._read_new(files, store)
 
-    def _read_new(self, kind: str, store: OrderedDict) -> None:
-        for f in sorted(self.dir.glob(f"{kind}-*.jsonl")):
+    def _read_new(self, files: list[Path], store: OrderedDict) -> None:
+        for f in files:
             off = self._offsets.get(f, 0)
             try:
+                if os.stat(f).st_size <= off:
+                    continue  # nothing new (a file that shrank is read from where it was, as before: nothing)
                 with open(f, "rb") as fh:
                     fh.seek(off)
                     data = fh.read()
