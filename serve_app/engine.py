@@ -30,13 +30,6 @@ from specexit_core.vllm_plugin.telemetry import TELEMETRY_DIR_ENV
 
 log = logging.getLogger("specexit.serve.engine")
 
-# What vLLM's own API server answers with 400 (its fallback exception handlers) but Ray Serve LLM's
-# `VLLMEngine.chat` / `completions` let through as a 500: they catch only ValueError and vLLM's client
-# errors. The request schema accepts chat messages that vLLM cannot render, e.g. a Harmony `Message`
-# (`{"author": {...}, "content": [...]}`, one arm of its `messages` union): rendering it raises
-# `TypeError: 'Message' object is not subscriptable` (found by the schema fuzzer, issue #16 item 7).
-_CLIENT_INPUT_ERRORS = (TypeError, OverflowError)
-
 
 def _draft_specexit_fields(engine_kwargs: dict) -> SpecExitFields | None:
     """The SpecExit fields of the engine's draft; None without a SpecExit draft (a stock EAGLE-3
@@ -122,29 +115,13 @@ class SpecExitVLLMEngine(VLLMEngine):
         enabled = self._enabled(request)
         n = None if chat else max(int(getattr(request, "n", None) or 1), 1)
         stream = _StreamRewriter(self, want_ids, enabled, n)
-        async for item in self._input_errors_as_400(method(request, raw_request_info), chat):
+        async for item in method(request, raw_request_info):
             if isinstance(item, str):
                 yield stream.rewrite(item)
             elif hasattr(item, "choices") and hasattr(item, "usage"):
                 yield self._finish_response(item, want_ids, enabled, n)
             else:
                 yield item  # ErrorResponse
-
-    async def _input_errors_as_400(self, items, chat: bool):
-        """vLLM's own answer to an input error raised before the first output (400 naming the error)
-        instead of Ray Serve LLM's 500 "Internal Server Error"; later errors pass unchanged."""
-        started = False
-        try:
-            async for item in items:
-                started = True
-                yield item
-        except _CLIENT_INPUT_ERRORS as e:
-            if started:
-                raise
-            log.info("request refused as invalid input: %s: %s", type(e).__name__, e)
-            serving = self._oai_serving_chat if chat else self._oai_serving_completion
-            hint = " (each chat message must be an object with 'role' and 'content')" if chat else ""
-            yield self._make_error_response(serving, ValueError(f"invalid request{hint}: {type(e).__name__}: {e}"))
 
     def _count_request(self, raw_request_info) -> None:
         self._requests += 1

@@ -8,7 +8,7 @@ Stock behaviour this changes, and why:
 * one deadline (`request_timeout_s`) covers the whole request, queueing and streaming included;
   stock only bounds the time to the first chunk (and answers 408). An expired stream ends with
   an SSE error event; closing it cancels the replica call, which aborts the engine request;
-* request limits (`n`, messages, prompts: 400) and backpressure in sequences, not requests
+* request limits (`n`, messages, prompts, a chat message without a role: 400) and backpressure in sequences, not requests
   (serve_app/limits.py): a request is admitted only while the sequences in flight fit the budget.
 """
 
@@ -31,7 +31,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from serve_app.auth import check_auth_at_start
 from serve_app.config import LimitsArgs
 from serve_app.errors import error_response
-from serve_app.limits import Lease, SequenceBudget, limit_violation, request_cost
+from serve_app.limits import Lease, SequenceBudget, limit_violation, message_violation, request_cost
 from serve_app.ray_llm import NON_STREAMING_RESPONSE_TYPES, ErrorResponse, openai_json_wrapper, peek_at_generator
 
 log = logging.getLogger("specexit.serve.ingress")
@@ -159,7 +159,7 @@ class SpecExitIngress(OpenAiIngress):
         )
 
     async def _process_llm_request(self, body, call_method: str, raw_request: Request | None = None) -> Response:
-        bad = limit_violation(body, **self._limits)
+        bad = limit_violation(body, **self._limits) or message_violation(body)
         if bad:
             return error_response(400, bad, "invalid_request_error")
         lease = self._budget.lease(request_cost(body))

@@ -3,7 +3,9 @@
 * The body size is checked by a pure ASGI middleware while the body streams in, before anything
   parses it (413): a huge body costs the ingress at most `max_body_bytes` of memory.
 * `n`, the number of messages and the number of prompts are checked on the parsed request, in the
-  ingress, before any engine replica sees it (400 naming the field and the limit).
+  ingress, before any engine replica sees it (400 naming the field and the limit); so is the one
+  thing about a chat message that the request schema lets through and the engine cannot render:
+  a message without a `role`.
 * Backpressure counts sequences, not requests: Serve's own queue (`max_ongoing_requests`,
   `max_queued_requests`) counts a request with `n: 5000` as one, and such a request held the engine
   for minutes. The ingress therefore admits requests while the sequences they bring (n x prompts)
@@ -13,6 +15,8 @@
 from __future__ import annotations
 
 import weakref
+
+from pydantic import BaseModel
 
 from serve_app.errors import error_response
 
@@ -29,6 +33,30 @@ def request_cost(body) -> int:
     """Sequences a request asks the engine for: n choices for each prompt."""
     n = getattr(body, "n", None) or 1
     return max(int(n), 1) * prompt_count(body)
+
+
+def message_violation(body) -> str | None:
+    """The 400 message for a chat message without a string `role`, or None.
+
+    The request schema accepts a Harmony message (`{"author": {...}, "content": [...]}`, one arm of
+    its `messages` union); Ray Serve LLM turns it into a dict with no `role`, and vLLM's chat parser
+    then raises `KeyError: 'role'` in the engine replica, which Ray Serve LLM answers with a 500
+    (found by the schema fuzzer, issue #16 item 7)."""
+    messages = getattr(body, "messages", None)
+    for i, m in enumerate(messages if isinstance(messages, list) else []):
+        # what the schema parses a message into: a dict (the OpenAI TypedDicts) or a model (Harmony)
+        if isinstance(m, dict):
+            role = m.get("role")
+        elif isinstance(m, BaseModel):
+            role = getattr(m, "role", None)
+        else:
+            continue
+        if not isinstance(role, str):
+            return (
+                f"messages[{i}]: a chat message is an object with a 'role' (system, user, assistant, tool, ...) "
+                "and its 'content'; this one has no 'role' (Harmony messages with 'author' are not accepted)"
+            )
+    return None
 
 
 def limit_violation(body, *, max_n: int, max_messages: int) -> str | None:

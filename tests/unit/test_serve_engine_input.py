@@ -1,56 +1,58 @@
-"""The engine replica's own guards (serve_app/engine.py), with a fake vLLM serving layer: an input error
-raised while vLLM renders a request is vLLM's 400, not Ray's 500 (#16 item 7, found by the fuzzer), and
-the replica counts requests that still carry an `Authorization` header (#16 item 5: must stay 0). The
-real endpoint: tests/integration/test_serve_app.py (fuzz, engine never sees the header)."""
+"""#16 items 7 and 5 on the Serve app's own layers, no engine: a chat message without a `role` (the
+Harmony message the fuzzer found, which the request schema accepts and the engine replica answered
+with a 500) is refused in the ingress with 400; the engine replica counts requests that still carry an
+`Authorization` header (must stay 0). The real endpoint: tests/integration/test_serve_app.py."""
 
 import asyncio
+import json
 import types
 
 import pytest
-from vllm.entrypoints.serve.exception_handling.error_response import create_error_response
+from ray.serve.llm.openai_api_models import ChatCompletionRequest
 
 from serve_app.engine import SpecExitVLLMEngine
+from serve_app.limits import message_violation
+
+HARMONY = {"author": {"role": "user"}, "content": [], "!": []}
+USER = {"role": "user", "content": "1 + 1"}
 
 
-def _engine() -> SpecExitVLLMEngine:
-    eng = object.__new__(SpecExitVLLMEngine)  # no vLLM engine: only the request-handling layer
-    serving = types.SimpleNamespace(create_error_response=create_error_response)
-    eng._oai_serving_chat = eng._oai_serving_completion = serving
-    eng._requests = eng._requests_with_authorization = 0
-    return eng
+def test_the_harmony_message_the_fuzzer_found_is_accepted_by_the_schema_and_refused_here():
+    body = ChatCompletionRequest(model="m", messages=[USER, HARMONY])  # what the ingress route parses
+    assert not isinstance(body.messages[1], dict)  # a pydantic `Message`: Ray turns it into a dict without role
+    msg = message_violation(body)
+    assert msg.startswith("messages[1]: ") and "'role'" in msg and "Harmony" in msg
+    as_dict = types.SimpleNamespace(messages=[USER, body.messages[1].model_dump()])  # after Ray's sanitizer
+    assert message_violation(as_dict) == msg
 
 
-async def _items(fail_after: int, exc: Exception):
-    for i in range(fail_after):
-        yield f"data: chunk {i}\n\n"
-    raise exc
+@pytest.mark.parametrize(
+    "messages", [[USER], [USER, {"role": "assistant", "content": "2", "junk": {"x": [1]}}], [{"role": "weird"}]]
+)
+def test_messages_with_a_role_pass(messages):
+    """Extra keys and unusual roles are vLLM's to judge (it drops the keys, renders the role)."""
+    assert message_violation(ChatCompletionRequest(model="m", messages=messages)) is None
+    assert message_violation(types.SimpleNamespace(prompt="completions: no messages")) is None
 
 
-def _run(eng, items, chat=True) -> list:
-    async def collect():
-        return [x async for x in eng._input_errors_as_400(items, chat)]
+def test_ingress_answers_400_before_any_engine_call():
+    from serve_app.ingress import SpecExitIngress
 
-    return asyncio.run(collect())
+    ing = SpecExitIngress({"m": object()}, {"m": object()})
+    called = []
 
+    async def never(**_):
+        called.append(1)
+        yield "x"
 
-def test_a_message_vllm_cannot_render_is_400_naming_the_error():
-    """What a Harmony `Message` in `messages` does inside vLLM's chat parser."""
-    out = _run(_engine(), _items(0, TypeError("'Message' object is not subscriptable")))
-    (err,) = out
-    assert err.error.code == 400 and err.error.type == "BadRequestError"
-    assert "'role' and 'content'" in err.error.message and "TypeError: 'Message' object" in err.error.message
-    (err,) = _run(_engine(), _items(0, OverflowError("int too big to convert")), chat=False)
-    assert err.error.code == 400 and "OverflowError" in err.error.message and "'role'" not in err.error.message
-
-
-@pytest.mark.parametrize("fail_after,exc", [(2, TypeError("bug mid-stream")), (0, RuntimeError("engine bug"))])
-def test_errors_after_the_first_output_or_of_other_kinds_pass_unchanged(fail_after, exc):
-    with pytest.raises(type(exc)):
-        _run(_engine(), _items(fail_after, exc))
+    ing._get_response = never
+    r = asyncio.run(ing._process_llm_request(ChatCompletionRequest(model="m", messages=[HARMONY]), "chat"))
+    assert r.status_code == 400 and "messages[0]" in json.loads(r.body)["error"]["message"] and not called
 
 
 def test_requests_with_an_authorization_header_are_counted():
-    eng = _engine()
+    eng = object.__new__(SpecExitVLLMEngine)  # no vLLM engine: only the request counter
+    eng._requests = eng._requests_with_authorization = 0
     for headers in ({"x-request-id": "1"}, {"Authorization": "Bearer sk"}, {"authorization": "x"}, None):
         eng._count_request(types.SimpleNamespace(headers=headers) if headers is not None else None)
     assert (eng._requests, eng._requests_with_authorization) == (4, 2)
