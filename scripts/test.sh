@@ -12,4 +12,4 @@ bash scripts/setup.sh
 .venv/bin/ruff format --check .
 .venv/bin/lint-imports
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-exec .venv/bin/python -m pytest -q -ra --durations=25 "$@"
+exec .venv/bin/python -m pytest -q -ra --durations=40 "$@"
