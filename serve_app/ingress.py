@@ -32,7 +32,13 @@ from serve_app.auth import check_auth_at_start
 from serve_app.config import LimitsArgs
 from serve_app.errors import error_response
 from serve_app.limits import Lease, SequenceBudget, limit_violation, message_violation, request_cost
-from serve_app.ray_llm import NON_STREAMING_RESPONSE_TYPES, ErrorResponse, openai_json_wrapper, peek_at_generator
+from serve_app.ray_llm import (
+    NON_STREAMING_RESPONSE_TYPES,
+    ErrorResponse,
+    openai_json_wrapper,
+    peek_at_generator,
+    sanitize_messages,
+)
 
 log = logging.getLogger("specexit.serve.ingress")
 _UNAVAILABLE = (ActorDiedError, ActorUnavailableError, RayActorError, DeploymentUnavailableError)
@@ -175,6 +181,17 @@ class SpecExitIngress(OpenAiIngress):
         else:
             lease.release()
         return resp
+
+    async def _get_response(self, *, body, call_method: str, raw_request: Request | None = None):
+        """Stock, with the messages of every request made picklable (stock: chat only; an embeddings
+        request with `messages` failed to reach the replica, a 500); content that cannot be read is 400."""
+        if isinstance(getattr(body, "messages", None), list):
+            try:
+                body = sanitize_messages(body)
+            except ValueError as e:
+                raise StarletteHTTPException(400, f"invalid request: {e}") from e
+        async for item in super()._get_response(body=body, call_method=call_method, raw_request=raw_request):
+            yield item
 
     def _get_configured_serve_handle(self, model_id: str):
         handle = super()._get_configured_serve_handle(model_id)

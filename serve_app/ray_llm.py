@@ -25,6 +25,11 @@ Why each private name is needed:
   `OpenAiIngress` (and calls its `_get_response`) to add overload, failure and deadline answers.
   It also overrides `OpenAiIngress._get_configured_serve_handle` (wrapping the handle it returns) to
   keep each engine-replica call, so that a deadline can cancel it.
+* `sanitize_messages` (`core.ingress.utils._sanitize_chat_completion_request`): turns the lazy
+  `content` iterators pydantic leaves in parsed messages into lists, so the request can be pickled
+  to the engine replica. Stock applies it to chat requests only; an embeddings request with
+  `messages` then fails to pickle in the ingress (a 500, found by the fuzzer), so
+  `SpecExitIngress._get_response` applies it to every request that has messages.
 * `VLLMEngine` (`engines.vllm.vllm_engine`): the engine class `LLMServer` runs; SpecExitVLLMEngine
   wraps its `chat` / `completions` for `usage.specexit` and uses its `_engine_client`
   (serve_app/engine.py). `LLMServer._default_engine_cls` is how the replica picks it.
@@ -42,6 +47,7 @@ from ray.llm._internal.serve.core.ingress.ingress import init as init_fastapi
 from ray.llm._internal.serve.core.ingress.utils import NON_STREAMING_RESPONSE_TYPES
 from ray.llm._internal.serve.core.ingress.utils import _openai_json_wrapper as openai_json_wrapper
 from ray.llm._internal.serve.core.ingress.utils import _peek_at_generator as peek_at_generator
+from ray.llm._internal.serve.core.ingress.utils import _sanitize_chat_completion_request as sanitize_messages
 from ray.llm._internal.serve.engines.vllm.vllm_engine import VLLMEngine
 
 RAY_VERSION_READ = "2.60.0"
@@ -55,6 +61,7 @@ __all__ = [
     "init_fastapi",
     "openai_json_wrapper",
     "peek_at_generator",
+    "sanitize_messages",
     "to_model_metadata",
 ]
 

@@ -56,3 +56,36 @@ def test_requests_with_an_authorization_header_are_counted():
     for headers in ({"x-request-id": "1"}, {"Authorization": "Bearer sk"}, {"authorization": "x"}, None):
         eng._count_request(types.SimpleNamespace(headers=headers) if headers is not None else None)
     assert (eng._requests, eng._requests_with_authorization) == (4, 2)
+
+
+def test_an_embeddings_request_with_messages_reaches_the_replica_picklable(monkeypatch):
+    """The fuzzer's other 500: pydantic leaves `content` of parsed messages as a lazy iterator, which
+    cannot be pickled to the engine replica; stock Serve LLM makes chat requests picklable only."""
+    import ray.cloudpickle as cloudpickle
+    from pydantic import TypeAdapter
+    from ray.serve.llm.ingress import OpenAiIngress
+    from ray.serve.llm.openai_api_models import EmbeddingRequest
+
+    from serve_app.ingress import SpecExitIngress
+
+    body = TypeAdapter(EmbeddingRequest).validate_python(
+        {
+            "model": "m",
+            "messages": [{"role": "user", "content": []}, {"role": "assistant", "content": "", "tool_calls": []}],
+        }
+    )
+    with pytest.raises(TypeError, match="pickle"):
+        cloudpickle.dumps(body)
+    sent = []
+
+    async def stock(self, *, body, call_method, raw_request=None):
+        sent.append(cloudpickle.dumps(body))  # what the handle call does with it
+        yield "ok"
+
+    monkeypatch.setattr(OpenAiIngress, "_get_response", stock)
+    ing = SpecExitIngress({"m": object()}, {"m": object()})
+
+    async def first():
+        return await ing._get_response(body=body, call_method="embeddings").__anext__()
+
+    assert asyncio.run(first()) == "ok" and len(sent) == 1
