@@ -23,9 +23,9 @@ from pydantic import ConfigDict, Field
 from specexit_core.teachers import qwen3_like as q3
 from specexit_core.teachers.realistic_traces import RealisticStyle
 from specexit_core.teachers.restricted_vocab import RestrictedVocab
-from specexit_core.toy.build import lr_at
 from specexit_core.toy.task import iter_problems
 from specexit_core.toy.teacher_model import TeacherArch
+from specexit_core.toy.train_loop import train
 from specexit_core.typed_config import StrictModel, load_config
 
 log = logging.getLogger("specexit.teachers.build")
@@ -143,39 +143,13 @@ def build(cfg: Qwen3LikeBuildConfig, out_dir: Path) -> Path:
         cfg.steps,
         cfg.batch_size,
     )
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=cfg.lr,
-        betas=(0.9, 0.95),
+    train(
+        model,
+        batches(examples, vocab, cfg, compact_cfg.pad_token_id),
+        lambda m, ids, lab, att: restricted_loss(m, vocab, ids, lab, att),
+        cfg,
+        log,
     )
-    model.train()
-    t1, seen, run_loss = time.time(), 0, 0.0
-    for step, (ids, lab, att) in enumerate(batches(examples, vocab, cfg, compact_cfg.pad_token_id)):
-        for g in opt.param_groups:
-            g["lr"] = lr_at(cfg, step)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16_autocast):
-            loss = restricted_loss(model, vocab, ids, lab, att)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        seen += int(att.sum())
-        run_loss += loss.item()
-        if (step + 1) % cfg.log_every == 0 or step + 1 == cfg.steps:
-            el = time.time() - t1
-            log.info(
-                "step %d/%d  loss %.4f  lr %.2e  %.0f tok/s  elapsed %.0fs  eta %.0fs",
-                step + 1,
-                cfg.steps,
-                run_loss / cfg.log_every,
-                lr_at(cfg, step),
-                seen / el,
-                el,
-                el / (step + 1) * (cfg.steps - step - 1),
-            )
-            run_loss = 0.0
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     state = {

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import random
 import time
 from pathlib import Path
@@ -22,6 +21,7 @@ from specexit_core.toy.task import iter_problems
 from specexit_core.toy.teacher_model import TeacherArch
 from specexit_core.toy.tokenizer import build_tokenizer
 from specexit_core.toy.traces import TraceStyle, make_trace
+from specexit_core.toy.train_loop import train
 from specexit_core.typed_config import StrictModel, load_config
 
 log = logging.getLogger("specexit.toy.build")
@@ -93,11 +93,8 @@ def batches(cfg: BuildConfig, tok):
             yield ids, lab, att
 
 
-def lr_at(cfg: BuildConfig, step: int) -> float:
-    if step < cfg.warmup_steps:
-        return cfg.lr * (step + 1) / cfg.warmup_steps
-    t = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
-    return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * t)))
+def _hf_loss(model, ids, lab, att):
+    return model(input_ids=ids, attention_mask=att, labels=lab).loss
 
 
 def build(cfg: BuildConfig, out_dir: Path) -> Path:
@@ -114,41 +111,8 @@ def build(cfg: BuildConfig, out_dir: Path) -> Path:
     model = Qwen3ForCausalLM(hf_cfg)
     n_params = sum(p.numel() for p in model.parameters())
     log.info("toy teacher: %.2fM parameters, %d steps x %d sequences", n_params / 1e6, cfg.steps, cfg.batch_size)
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=cfg.lr,
-        betas=(0.9, 0.95),
-    )
-    model.train()
-    t0, seen_tokens, run_loss = time.time(), 0, 0.0
-    data = batches(cfg, tok)
-    for step in range(cfg.steps):
-        ids, lab, att = next(data)
-        for g in opt.param_groups:
-            g["lr"] = lr_at(cfg, step)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16_autocast):
-            loss = model(input_ids=ids, attention_mask=att, labels=lab).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        seen_tokens += int(att.sum())
-        run_loss += loss.item()
-        if (step + 1) % cfg.log_every == 0 or step + 1 == cfg.steps:
-            el = time.time() - t0
-            log.info(
-                "step %d/%d  loss %.4f  lr %.2e  %.0f tok/s  elapsed %.0fs  eta %.0fs",
-                step + 1,
-                cfg.steps,
-                run_loss / cfg.log_every,
-                lr_at(cfg, step),
-                seen_tokens / el,
-                el,
-                el / (step + 1) * (cfg.steps - step - 1),
-            )
-            run_loss = 0.0
+    t0 = time.time()
+    train(model, batches(cfg, tok), _hf_loss, cfg, log)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     model.config.dtype = torch.bfloat16

@@ -44,3 +44,24 @@ def test_shipped_teacher_within_budget_and_covers_held_out_text(tok):
     for p in problems("test", 40, seed=5):
         ids, _ = q3.encode_example(tok, *q3.render_example(tok, p, rng, RealisticStyle()))
         assert set(ids) <= used
+
+
+def test_build_trains_and_writes_the_compact_teacher(tmp_path, caplog, one_torch_thread):
+    """Two steps of two sequences through the shared teacher training loop: a loss is logged per step,
+    and the compact weights + used ids are written (the full recipe: `specexit teacher build`)."""
+    import logging
+
+    from safetensors import safe_open
+
+    from specexit_core.teachers.qwen3_like_build import build
+
+    base = Qwen3LikeBuildConfig().to_json()
+    cfg = Qwen3LikeBuildConfig.from_json({**base, "steps": 2, "batch_size": 2, "log_every": 1, "threads": 1})
+    with caplog.at_level(logging.INFO, logger="specexit.teachers.build"):
+        out = build(cfg, tmp_path / "q3")
+    losses = [float(r.getMessage().split("loss ")[1].split()[0]) for r in caplog.records if "step " in r.getMessage()]
+    assert len(losses) == 2 and all(x > 0 for x in losses)
+    meta = json.loads((out / TEACHER_META).read_text())
+    assert meta["full_vocab_size"] == q3.FULL_VOCAB_SIZE and len(meta["used_ids"]) > 10
+    with safe_open(str(out / COMPACT_WEIGHTS), "pt") as f:
+        assert f.get_tensor("model.embed_tokens.weight").shape[0] < q3.FULL_VOCAB_SIZE  # compact rows only
