@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # Step-split (paragraph-break) tokens: the one definition, shared with the engines.
-from specexit_core.exit.split_tokens import split_token_ids
+from specexit_core.exit.split_tokens import single_token_id, split_token_ids
 
 
 @dataclass(frozen=True)
@@ -30,13 +30,6 @@ class TokenIds:
         return cls(d["think_start"], d["think_end"], tuple(d["split"]), tuple(d["eos"]), d["pad"])
 
 
-def _single(tok, text: str, what: str) -> int:
-    ids = tok.encode(text, add_special_tokens=False)
-    if len(ids) != 1:
-        raise ValueError(f"{what} {text!r} is not a single token of this tokenizer (ids {ids})")
-    return ids[0]
-
-
 def eos_ids(tok, model_dir: str | None = None) -> tuple[int, ...]:
     ids = set()
     if tok.eos_token_id is not None:
@@ -58,8 +51,8 @@ def token_ids(
     eos = eos_ids(tok, model_dir)
     pad = tok.pad_token_id if tok.pad_token_id is not None else (eos[0] if eos else 0)
     return TokenIds(
-        think_start=_single(tok, think_start, "think_start"),
-        think_end=_single(tok, think_end, "think_end"),
+        think_start=single_token_id(tok, think_start, "think_start"),
+        think_end=single_token_id(tok, think_end, "think_end"),
         split=split_token_ids(tok, split_tokens),
         eos=eos,
         pad=int(pad),

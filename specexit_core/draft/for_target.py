@@ -14,7 +14,7 @@ from pathlib import Path
 
 from specexit_core.draft.checkpoint import convert
 from specexit_core.draft.config import aux_layer_ids_in
-from specexit_core.exit.split_tokens import split_token_ids
+from specexit_core.exit.split_tokens import single_token_id, split_token_ids
 
 THINK_START, THINK_END = "<think>", "</think>"
 
@@ -39,16 +39,9 @@ def exit_token_ids(
 ) -> dict:
     """`specexit.token_ids` from the target's tokenizer: the think markers (each one token) and the
     paragraph-break tokens (`split_token_ids`: every blank-line token unless `split_tokens` names them)."""
-
-    def single(text: str, what: str) -> int:
-        ids = tokenizer.encode(text, add_special_tokens=False)
-        if len(ids) != 1:
-            raise ValueError(f"{what} {text!r} is not one token of the target's tokenizer (ids {ids})")
-        return int(ids[0])
-
     return {
-        "think_start": single(think_start, "think_start"),
-        "think_end": single(think_end, "think_end"),
+        "think_start": single_token_id(tokenizer, think_start, "think_start"),
+        "think_end": single_token_id(tokenizer, think_end, "think_end"),
         "split": list(split_token_ids(tokenizer, split_tokens)),
     }
 

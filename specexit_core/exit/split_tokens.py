@@ -38,7 +38,7 @@ def split_token_ids(tokenizer, texts: Iterable[str] | None = None) -> tuple[int,
     texts=None: every single vocabulary token that ends in a blank line (see the module doc).
     texts given: exactly those texts, each of which must be one token (`[]` gives `()`)."""
     if texts is not None:
-        return tuple(sorted({_single_token(tokenizer, t) for t in texts}))
+        return tuple(sorted({single_token_id(tokenizer, t) for t in texts}))
     special = set(getattr(tokenizer, "all_special_ids", ()) or ())
     found = {
         i
@@ -50,8 +50,10 @@ def split_token_ids(tokenizer, texts: Iterable[str] | None = None) -> tuple[int,
     return tuple(sorted(found))
 
 
-def _single_token(tokenizer, text: str) -> int:
+def single_token_id(tokenizer, text: str, what: str = "split token") -> int:
+    """The id of `text` when it is exactly one (known) token of the tokenizer: the rule for every
+    marker the exit reads (split tokens, `<think>` / `</think>`); otherwise a ValueError naming it."""
     ids = tokenizer.encode(text, add_special_tokens=False)
     if len(ids) != 1 or ids[0] == tokenizer.unk_token_id:
-        raise ValueError(f"split token {text!r} is not a single token of this tokenizer (ids {ids})")
-    return ids[0]
+        raise ValueError(f"{what} {text!r} is not a single token of this tokenizer (ids {ids})")
+    return int(ids[0])

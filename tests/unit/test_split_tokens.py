@@ -94,3 +94,20 @@ def test_merged_breaks_are_split_tokens_and_the_official_ones_too(merged_bpe):
         )
         == official
     )
+
+
+def test_every_marker_follows_the_one_single_token_rule():
+    """`<think>`, `</think>` and split texts: one rule (`single_token_id`) for the stages' token ids
+    and for a draft converted for a target, with the marker named in the error."""
+    from pipelines.common.tokens import token_ids
+    from specexit_core.draft.for_target import exit_token_ids
+    from specexit_core.exit.split_tokens import single_token_id
+
+    tok = AutoTokenizer.from_pretrained(str(TEACHER_DIR))
+    assert single_token_id(tok, "</think>", "think_end") == tok.convert_tokens_to_ids("</think>")
+    ids = token_ids(tok, think_start="<think>", think_end="</think>")
+    assert exit_token_ids(tok) == {"think_start": ids.think_start, "think_end": ids.think_end, "split": list(ids.split)}
+    for bad in (lambda: token_ids(tok, think_start="<think> 7", think_end="</think>"),
+                lambda: exit_token_ids(tok, think_start="<think> 7")):  # fmt: skip
+        with pytest.raises(ValueError, match="think_start '<think> 7' is not a single token"):
+            bad()
