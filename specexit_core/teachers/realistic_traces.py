@@ -22,7 +22,7 @@ import random
 from dataclasses import dataclass, field
 
 from specexit_core.toy.task import Problem, apply, is_hard, problems
-from specexit_core.toy.traces import BREAK, INVERSE, THINK_CLOSE, slipped_value
+from specexit_core.toy.traces import BREAK, INVERSE, WrittenTrace, slipped_value
 
 OP_WORDS = {"+": ("plus", "add"), "-": ("minus", "subtract"), "*": ("times", "multiply by")}
 
@@ -40,23 +40,11 @@ class RealisticStyle:
 
 
 @dataclass
-class RealisticTrace:
-    problem: Problem
-    paragraphs: list[str]
-    answer_text: str
+class RealisticTrace(WrittenTrace):
     # the paragraph after which the final (correct) answer is first known: the oracle's exit
     answer_known_after: int = 0
     first_stated_answer: int | None = None  # what the first pass concluded
     kinds: list[str] = field(default_factory=list)
-
-    @property
-    def think_text(self) -> str:
-        return "".join(p + BREAK for p in self.paragraphs)
-
-    @property
-    def completion(self) -> str:
-        """What the assistant writes after a generation prompt that opened `<think>`."""
-        return self.think_text + THINK_CLOSE + BREAK + self.answer_text
 
     @property
     def first_answer_wrong(self) -> bool:

@@ -37,15 +37,13 @@ class TraceStyle:
 
 
 @dataclass
-class Trace:
+class WrittenTrace:
+    """A thinking trace as text: paragraphs inside `<think>`, then the answer (every built-in
+    teacher's traces are one)."""
+
     problem: Problem
     paragraphs: list[str]
     answer_text: str
-    n_slips: int = 0
-    n_rechecks: int = 0
-    # index of the first paragraph after which the final value is known (last calculation)
-    answer_known_after: int = 0
-    kinds: list[str] = field(default_factory=list)
 
     @property
     def think_text(self) -> str:
@@ -56,6 +54,15 @@ class Trace:
     def completion(self) -> str:
         """What the assistant writes after the generation prompt (which already opened ``<think>``)."""
         return self.think_text + THINK_CLOSE + BREAK + self.answer_text
+
+
+@dataclass
+class Trace(WrittenTrace):
+    n_slips: int = 0
+    n_rechecks: int = 0
+    # index of the first paragraph after which the final value is known (last calculation)
+    answer_known_after: int = 0
+    kinds: list[str] = field(default_factory=list)
 
 
 def slipped_value(a: int, op: str, b: int, rng: random.Random) -> int:
