@@ -162,7 +162,7 @@ def main(argv=None) -> dict:
     from ray import serve
 
     port = _free_port()
-    ray.init(num_cpus=a.num_cpus, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=a.num_cpus, include_dashboard=False, log_to_driver=False)  # its own cluster
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port})
         serve.run(build_app(args), name="bench", route_prefix="/", blocking=False)

@@ -7,7 +7,7 @@ copy of the checkout, in both states a user meets, each with a temporary `HOME`:
   then fails at `ray job submit` with "Missing authentication token" (issue #16, item 12).
 
 The block starts a cluster on Ray's default ports, so this test must not share the machine with
-another default-port Ray instance (CI runs tests one at a time). It stops only its own cluster: the
+another default-port Ray instance: it is marked `serial`, and scripts/test.sh runs it alone. It stops only its own cluster: the
 processes that carry its temporary `HOME`.
 """
 
@@ -25,7 +25,7 @@ from support.cli import output_json, tail
 from support.paths import REPO_ROOT, VENV_BIN
 from support.ray_head import stop_processes
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.serial]
 
 README = REPO_ROOT / "pipelines" / "README.md"
 SECTION = "## On a cluster: `ray job submit`"

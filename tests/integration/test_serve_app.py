@@ -5,6 +5,7 @@ because they restart the engine replica."""
 
 import asyncio
 import os
+import re
 import signal
 import time
 from collections import Counter
@@ -12,7 +13,7 @@ from collections import Counter
 import httpx
 import pytest
 
-from support.serve import ServeApp, running_serve, toy_model_args
+from support.serve import ServeApp, running_serve, server_log_excerpt, toy_model_args
 
 pytestmark = pytest.mark.vllm
 
@@ -25,7 +26,8 @@ INGRESS = "SpecExitIngress"
 # the second app: a deadline shorter than its generations, an engine that runs 4 sequences at a time
 SHORT, SHORT_MODEL, SHORT_DEADLINE_S = "short", "specexit-toy-short", 1.0
 LIMITS = {"max_n": 8, "max_messages": 32, "max_body_bytes": 65536}
-FUZZ_EXAMPLES = 40  # per API operation; derandomized, so CI runs the same cases every time
+# per API operation; derandomized, so CI runs the same cases every time (SPECEXIT_FUZZ_EXAMPLES: more, to hunt)
+FUZZ_EXAMPLES = int(os.environ.get("SPECEXIT_FUZZ_EXAMPLES", "40"))
 PROMPT = "Compute from left to right : 7 + 5 * 3 - 4"
 GOOD = {"model": MODEL, "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 20}
 FORCED = {"specexit_method": "progress", "specexit_progress_threshold": 0.0}  # exit at the first \n\n
@@ -348,15 +350,26 @@ def test_deadline_aborts_the_engine_request(base):
 def test_fuzz_from_the_openapi_schema(base):
     """#16 item 7: schemathesis cases for every operation of the endpoint's own OpenAPI schema (half of
     the bodies carry the served model's name, so they get past routing into the limits, vLLM's
-    validation and the engine): no 5xx, no hang, and the server answers afterwards."""
+    validation and the engine): no 5xx, no hang, and the server answers afterwards. The one 5xx
+    allowed is the designed busy answer, 503 with Retry-After (a long case past the 60 s deadline on a
+    loaded machine). A 5xx is sent again (input or moment?) and printed with the server's log lines."""
     import requests
     import schemathesis
     from hypothesis import HealthCheck, Phase, given, settings
 
     spec = httpx.get(base + "/openapi.json", headers=auth(), timeout=30).json()
     schema = schemathesis.openapi.from_dict(spec)
-    session, ran, bad, slowest = requests.Session(), Counter(), [], 0.0
+    session, ran, bad, busy, slowest = requests.Session(), Counter(), [], [], 0.0
     t0 = time.time()
+
+    def send(case) -> tuple[int | str, str]:
+        try:  # 90 s: past the server's 60 s deadline, so only a hang times out here
+            r = case.call(base_url=base, session=session, headers=auth(), timeout=90)
+        except requests.RequestException as e:  # a hang or a dropped connection
+            return type(e).__name__, str(e)[:2000]
+        if r.status_code == 503 and "Retry-After" in r.headers:
+            return "busy", r.text[:2000]  # the designed answer of a deadline or a restarting replica
+        return r.status_code, r.text[:2000]
 
     def fuzz(op):
         @settings(
@@ -374,14 +387,13 @@ def test_fuzz_from_the_openapi_schema(base):
                 case.body["model"] = MODEL
             ran[op.label] += 1
             t = time.time()
-            try:
-                r = case.call(base_url=base, session=session, headers=auth(), timeout=60)
-                code, text = r.status_code, r.text[:2000]
-            except requests.RequestException as e:  # a hang or a dropped connection
-                code, text = type(e).__name__, str(e)[:2000]
+            code, text = send(case)
             slowest = max(slowest, time.time() - t)
-            if not isinstance(code, int) or code >= 500:
-                bad.append((op.label, code, text, repr(case.body)[:2000]))
+            if code == "busy":
+                busy.append((op.label, text))
+            elif not isinstance(code, int) or code >= 500:
+                again, _ = send(case)  # the same request once more: is it the input, or a moment?
+                bad.append((op.label, code, again, text, repr(case.body)[:8000]))
 
         one()
 
@@ -389,8 +401,14 @@ def test_fuzz_from_the_openapi_schema(base):
         fuzz(result.ok())
     total, took = sum(ran.values()), time.time() - t0
     print(f"fuzz: {total} cases over {len(ran)} operations in {took:.0f} s (slowest {slowest:.1f} s): {dict(ran)}")
-    assert total >= 5 * FUZZ_EXAMPLES
-    assert not bad, bad[:3]  # no 5xx, no hang, no dropped connection
+    print(f"503 + Retry-After (deadline or restart, by design): {len(busy)} {busy[:3]}")
+    for label, code, again, text, body in bad:  # in full, with the server's side: pytest shortens assertions
+        rid = re.search(r"Request ID: ([0-9a-f-]+)", text)
+        print(f"5xx: {label} -> {code} (sent again: {again}): {text}\n  body: {body}")
+        print(server_log_excerpt(rid.group(1)) if rid else "(no request id)")
+    assert total >= 5 * FUZZ_EXAMPLES and len(busy) <= total // 20  # busy now and then, not as the rule
+    # no 5xx, no hang, no dropped connection (b[3], the response text, is in the output above)
+    assert not bad, [b[:3] + b[4:] for b in bad[:3]]
     assert httpx.post(base + "/v1/chat/completions", json=GOOD, headers=auth(), timeout=60).status_code == 200
 
 

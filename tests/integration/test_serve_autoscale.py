@@ -16,7 +16,8 @@ import pytest
 
 from support.serve import ServeApp, running_serve, toy_model_args
 
-pytestmark = pytest.mark.vllm
+# serial: Serve's scaling decisions follow measured load; another module's engines would skew it
+pytestmark = [pytest.mark.vllm, pytest.mark.serial]
 
 MODEL = "toy-auto"
 SERVER = f"SpecExitLLMServer:{MODEL}"
@@ -50,11 +51,16 @@ def base():
 
 
 def replica_states() -> dict:
+    return _deployment_status()[0]
+
+
+def _deployment_status() -> tuple[dict, str]:
+    """(replica state -> count, Serve's message for the deployment)."""
     from ray import serve
 
     app = serve.status().applications.get("auto")
     dep = app.deployments.get(SERVER) if app else None
-    return {k: v for k, v in dep.replica_states.items() if v} if dep else {}
+    return ({k: v for k, v in dep.replica_states.items() if v}, dep.message) if dep else ({}, "no deployment")
 
 
 def _workers(base: str, n: int, max_tokens: int, stop: threading.Event, out: list) -> threading.Thread:
@@ -78,9 +84,13 @@ def _workers(base: str, n: int, max_tokens: int, stop: threading.Event, out: lis
 
 
 def _wait(cond, timeout: float, what: str) -> float:
-    t0 = time.time()
+    """Seconds until cond() holds; on timeout, fail with how the replicas went meanwhile."""
+    t0, seen = time.time(), []
     while not cond():
-        assert time.time() - t0 < timeout, what
+        states = _deployment_status()
+        if not seen or seen[-1][1:] != states:
+            seen.append((round(time.time() - t0), *states))
+        assert time.time() - t0 < timeout, f"{what}; replica states over time (s, states, message): {seen}"
         time.sleep(0.5)
     return time.time() - t0
 
@@ -95,7 +105,8 @@ def test_scales_up_under_load_and_back_down_draining_a_long_request(base):
     stop_load, load = threading.Event(), []
     th = _workers(base, 3, 16, stop_load, load)
     try:
-        up = _wait(lambda: replica_states().get("RUNNING", 0) >= 2, 180, "no second replica under load")
+        # a second engine starts in ~60 s on an idle machine; CI machines are slower
+        up = _wait(lambda: replica_states().get("RUNNING", 0) >= 2, 300, "no second replica under load")
     finally:
         stop_load.set()
         th.join(60)

@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 from support.ports import free_port
 
@@ -37,7 +38,8 @@ def running_serve(*apps: ServeApp, timeout: float = 300, num_cpus: int = 8) -> I
     from serve_app.app import build_app
 
     port = free_port()
-    ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+    # "local": always a cluster of this module's own, never one a `ray start` elsewhere on the machine left
+    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port})
         for app in apps:
@@ -75,3 +77,22 @@ def toy_model_args(model_id: str, **overrides) -> dict:
         "max_model_len": 512,
         **overrides,
     }
+
+
+def server_log_excerpt(needle: str, before: int = 5, after: int = 40, limit: int = 4000) -> str:
+    """Lines around `needle` (e.g. a request id) in this process's Ray session logs (Serve's replica and
+    proxy logs, the workers' stderr): the server side of a failed request, for a test's failure message."""
+    import ray
+
+    node = ray._private.worker._global_node
+    if node is None or not needle:
+        return ""
+    out = []
+    for path in sorted(Path(node.get_logs_dir_path()).rglob("*")):
+        if not path.is_file() or path.suffix not in (".log", ".err", ".out"):
+            continue
+        lines = path.read_text(errors="replace").splitlines()
+        for i, line in enumerate(lines):
+            if needle in line:
+                out.append(f"== {path.name}:{i + 1}\n" + "\n".join(lines[max(0, i - before) : i + after]))
+    return "\n".join(out)[-limit:]
