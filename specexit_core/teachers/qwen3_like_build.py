@@ -18,15 +18,14 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
-from pydantic import ConfigDict, Field
+from pydantic import Field
 
 from specexit_core.teachers import qwen3_like as q3
 from specexit_core.teachers.realistic_traces import RealisticStyle
 from specexit_core.teachers.restricted_vocab import RestrictedVocab
 from specexit_core.toy.task import iter_problems
 from specexit_core.toy.teacher_model import TeacherArch
-from specexit_core.toy.train_loop import train
-from specexit_core.typed_config import StrictModel, load_config
+from specexit_core.toy.train_loop import TrainRecipe, train
 
 log = logging.getLogger("specexit.teachers.build")
 
@@ -35,12 +34,10 @@ TEACHER_META = "teacher.json"
 BUILD_CONFIG = "build_config.json"
 
 
-class Qwen3LikeBuildConfig(StrictModel):
-    """The qwen3-like teacher's recipe (`--config FILE`, and `build_config.json` beside the weights)."""
+class Qwen3LikeBuildConfig(TrainRecipe):
+    """The qwen3-like teacher's recipe (`--config FILE`, and `build_config.json` beside the weights):
+    the optimiser settings of `TrainRecipe` with this teacher's defaults, the model shape and style."""
 
-    model_config = ConfigDict(frozen=True)
-
-    seed: int = 0
     # arch.vocab_size is the *full* vocabulary of the materialised checkpoint
     arch: TeacherArch = Field(
         default_factory=lambda: TeacherArch(vocab_size=q3.FULL_VOCAB_SIZE, max_position_embeddings=1024)
@@ -48,21 +45,8 @@ class Qwen3LikeBuildConfig(StrictModel):
     style: RealisticStyle = Field(default_factory=RealisticStyle)
     steps: int = 170  # ~20 min on 2 shared cores
     batch_size: int = 32
-    lr: float = 3e-3
-    min_lr_ratio: float = 0.05
     warmup_steps: int = 15
-    weight_decay: float = 0.05
-    grad_clip: float = 1.0
-    threads: int = 2
-    bf16_autocast: bool = False  # bf16 autocast backward is ~10x slower on this CPU torch build
     log_every: int = 10
-
-    def to_json(self) -> dict:
-        return self.model_dump()
-
-    @classmethod
-    def from_json(cls, d: dict) -> Qwen3LikeBuildConfig:
-        return load_config(cls, raw=d)
 
 
 def sample_examples(cfg: Qwen3LikeBuildConfig, tok, n: int) -> list[tuple[list[int], int]]:

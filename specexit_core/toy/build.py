@@ -15,46 +15,25 @@ import time
 from pathlib import Path
 
 import torch
-from pydantic import ConfigDict, Field
+from pydantic import Field
 
 from specexit_core.toy.task import iter_problems
 from specexit_core.toy.teacher_model import TeacherArch
 from specexit_core.toy.tokenizer import build_tokenizer
 from specexit_core.toy.traces import TraceStyle, make_trace
-from specexit_core.toy.train_loop import train
-from specexit_core.typed_config import StrictModel, load_config
+from specexit_core.toy.train_loop import TrainRecipe, train
 
 log = logging.getLogger("specexit.toy.build")
 
 
-class BuildConfig(StrictModel):
-    """The teacher's training recipe (`specexit toy build --config FILE`, and `build_config.json`
-    next to the weights). Frozen: one recipe per build."""
+class BuildConfig(TrainRecipe):
+    """The toy teacher's recipe (`specexit toy build --config FILE`, and `build_config.json` next to
+    the weights): the optimiser settings of `TrainRecipe`, the model shape and the trace style."""
 
-    model_config = ConfigDict(frozen=True)
-
-    seed: int = 0
     arch: TeacherArch = Field(default_factory=TeacherArch)
     style: TraceStyle = Field(default_factory=TraceStyle)
-    steps: int = 1000
-    batch_size: int = 64
-    lr: float = 3e-3
-    min_lr_ratio: float = 0.05
-    warmup_steps: int = 100
-    weight_decay: float = 0.05
-    grad_clip: float = 1.0
-    threads: int = 2
-    bf16_autocast: bool = True
+    bf16_autocast: bool = True  # the shipped toy was built with it
     bucket_batches: int = 8  # sort this many batches' worth of sequences by length to cut padding
-    log_every: int = 50
-
-    def to_json(self) -> dict:
-        return self.model_dump()
-
-    @classmethod
-    def from_json(cls, d: dict) -> BuildConfig:
-        """Raises ConfigError (a ValueError) naming unknown keys, also inside `arch` and `style`."""
-        return load_config(cls, raw=d)
 
 
 def chat_prompt(tok, user: str) -> str:

@@ -2,7 +2,8 @@
 AdamW with weight decay on matrices only, linear warm-up then cosine decay, gradient clipping,
 optional bf16 autocast, a progress line every `log_every` steps.
 
-The recipe object only needs the fields read here (both teachers' build configs have them).
+`TrainRecipe` holds the fields read here; each teacher's build config extends it (model shape, data
+style) and sets its own defaults.
 """
 
 from __future__ import annotations
@@ -11,13 +12,44 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterable
+from typing import Self
 
 import torch
+from pydantic import ConfigDict
+
+from specexit_core.typed_config import StrictModel, load_config
 
 Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # input_ids, labels, attention_mask
 
 
-def lr_at(cfg, step: int) -> float:
+class TrainRecipe(StrictModel):
+    """The optimisation part of a teacher's build recipe. Frozen: one recipe per build; saved as
+    `build_config.json` next to the weights (`to_json`), read back with unknown keys refused."""
+
+    model_config = ConfigDict(frozen=True)
+
+    seed: int = 0
+    steps: int = 1000
+    batch_size: int = 64
+    lr: float = 3e-3
+    min_lr_ratio: float = 0.05
+    warmup_steps: int = 100
+    weight_decay: float = 0.05
+    grad_clip: float = 1.0
+    threads: int = 2
+    bf16_autocast: bool = False  # bf16 autocast backward is ~10x slower on this CPU torch build
+    log_every: int = 50
+
+    def to_json(self) -> dict:
+        return self.model_dump()
+
+    @classmethod
+    def from_json(cls, d: dict) -> Self:
+        """Raises ConfigError (a ValueError) naming unknown keys, nested ones too."""
+        return load_config(cls, raw=d)
+
+
+def lr_at(cfg: TrainRecipe, step: int) -> float:
     if step < cfg.warmup_steps:
         return cfg.lr * (step + 1) / cfg.warmup_steps
     t = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
@@ -28,7 +60,7 @@ def train(
     model: torch.nn.Module,
     batches: Iterable[Batch],
     loss_fn: Callable[[torch.nn.Module, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
-    cfg,
+    cfg: TrainRecipe,
     log: logging.Logger,
 ) -> None:
     """`cfg.steps` optimizer steps over `batches`; `loss_fn(model, ids, labels, attention)`."""
