@@ -8,7 +8,8 @@
 #
 # Everything (no arguments) runs in two passes. First the test modules in parallel, one module per
 # pytest-xdist worker (a module's fixtures own its Ray cluster and engines, so a module never spans two
-# workers; most of a module's time is waiting on engine start-up and HTTP, which overlaps well). Then,
+# workers; most of a module's time is waiting on engine start-up and HTTP, which overlaps well), the
+# longest (`slow`) modules first (tests/conftest.py orders them). Then,
 # alone on the machine, the modules marked `serial`: timing under load, or default Ray ports.
 # SPECEXIT_TEST_WORKERS sets the number of workers (default 2; 1 runs everything in one process).
 set -euo pipefail
@@ -27,6 +28,6 @@ if [ "$workers" -le 1 ]; then
   exec "${pytest[@]}" --durations=40
 fi
 status=0
-"${pytest[@]}" --durations=40 -n "$workers" --dist loadfile -m "not serial" || status=$?
+"${pytest[@]}" --durations=40 -n "$workers" --dist loadfile --no-loadscope-reorder -m "not serial" || status=$?
 "${pytest[@]}" --durations=10 -m serial || status=$((status ? status : $?))
 exit "$status"

@@ -50,6 +50,17 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_vllm)
         if "gpu" in item.keywords and not has_cuda:
             item.add_marker(skip_gpu)
+    # The longest modules first (`slow`, longest `minutes` first), then the other integration tests, then
+    # the unit tests: the parallel pass of scripts/test.sh hands out modules in this order, so a long
+    # module never starts last. The sort is stable: tests keep their order inside a module.
+    items.sort(key=_run_order)
+
+
+def _run_order(item) -> tuple[int, float]:
+    slow = item.get_closest_marker("slow")
+    if slow:
+        return 0, -slow.kwargs.get("minutes", 1)
+    return (1 if "integration" in item.nodeid else 2), 0
 
 
 @pytest.fixture(scope="session")

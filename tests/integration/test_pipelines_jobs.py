@@ -31,7 +31,7 @@ from support.cli import run as run_cmd
 from support.ray_head import LocalHead, retry_no_agent
 from support.runbook import job_commands, stage_of
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+pytestmark = [pytest.mark.vllm, pytest.mark.slow(minutes=20)]
 
 N_GOOD = 24
 TEACHER = os.environ.get("SPECEXIT_TEST_TEACHER", str(TEACHER_DIR))

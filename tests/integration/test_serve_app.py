@@ -15,7 +15,7 @@ import pytest
 
 from support.serve import ServeApp, running_serve, server_log_excerpt, toy_model_args
 
-pytestmark = pytest.mark.vllm
+pytestmark = [pytest.mark.vllm, pytest.mark.slow(minutes=16)]
 
 KEY = "sk-test-file-key"
 ENV_KEY = "sk-test-env-key"
@@ -279,7 +279,7 @@ def test_limits_refuse_fast_and_the_server_keeps_answering(base):
     t0 = time.time()
     r = httpx.post(url, json={**GOOD, "n": 5000, "temperature": 0.8}, headers=auth(), timeout=30)
     assert r.status_code == 400 and "n: 5000" in r.json()["error"]["message"], r.text
-    assert time.time() - t0 < 5
+    assert time.time() - t0 < 10  # seconds on a loaded machine, not the minutes an engine would take
     many = [{"role": "user", "content": "1 + 1"}] * (LIMITS["max_messages"] + 1)
     r = httpx.post(url, json={**GOOD, "messages": many}, headers=auth(), timeout=30)
     assert r.status_code == 400 and "messages: 33" in r.json()["error"]["message"], r.text
@@ -464,7 +464,6 @@ def test_load_200_requests_at_concurrency_16(base):
 
 def test_overload_beyond_the_queue_gets_429_with_retry_after(base):
     # 16 running + 16 queued per replica: 80 at once must overflow, fast, never hang
-    t0 = time.time()
     res = asyncio.run(
         _fire(base, 80, 80, {"model": MODEL, "max_tokens": 300, "temperature": 0, "ignore_eos": True}, timeout=60)
     )
@@ -472,8 +471,7 @@ def test_overload_beyond_the_queue_gets_429_with_retry_after(base):
     assert set(codes) <= {200, 429}, [r for r in res if r[0] not in (200, 429)][:3]
     assert codes.count(429) >= 20 and codes.count(200) >= 16
     assert all(r[1] == "2" for r in res if r[0] == 429)
-    assert "overloaded" in next(r[2] for r in res if r[0] == 429)
-    assert time.time() - t0 < 60
+    assert "overloaded" in next(r[2] for r in res if r[0] == 429)  # never a hang: each had a 60 s client timeout
 
 
 # -- faults: last, they restart the engine replica ------------------------------------------------------
@@ -489,9 +487,9 @@ def _kill_during_load(base, pick) -> list:
         os.kill(pick(pids), signal.SIGKILL)
         return await task
 
-    t0 = time.time()
     res = asyncio.run(run())
-    assert time.time() - t0 < 90  # no hang: every request got an answer within the deadline
+    # no hang: a request without an answer within the client's 90 s (the server's deadline is 60 s)
+    # shows up here as ReadTimeout, not as 200 or 503
     codes = [r[0] for r in res]
     assert set(codes) <= {200, 503}, [r for r in res if r[0] not in (200, 503)][:3]
     assert all(r[1] for r in res if r[0] == 503)  # Retry-After on every 503

@@ -7,7 +7,7 @@ import pytest
 
 from support.serve import ServeApp, running_serve, toy_model_args
 
-pytestmark = pytest.mark.vllm
+pytestmark = [pytest.mark.vllm, pytest.mark.slow(minutes=6)]
 
 PROMPTS = [
     "Compute from left to right : 7 + 5 * 3 - 4",
