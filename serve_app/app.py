@@ -23,6 +23,7 @@ from serve_app.config import AppArgs, load_args
 from serve_app.ingress import SpecExitIngress, http_error_handler, validation_error_handler
 from serve_app.limits import BodySizeLimitMiddleware
 from serve_app.ray_llm import init_fastapi, to_model_metadata
+from serve_app.routing import ROUTER_PATH
 from serve_app.server import SpecExitLLMServer
 from specexit_core.exit import EXIT_CONFIG_ENV
 from specexit_core.vllm_env import cpu_engine_env
@@ -56,6 +57,19 @@ def shutdown_options(a: AppArgs) -> dict[str, float]:
     return {"graceful_shutdown_timeout_s": a.shutdown_timeout_s, "graceful_shutdown_wait_loop_s": 2.0}
 
 
+def routing_options(a: AppArgs) -> dict[str, Any]:
+    """The engine deployment's `request_router_config` (Ray's RequestRouterConfig, as a dict); none for
+    `power_of_two`, so the deployment keeps Serve's default router exactly as before."""
+    if a.routing.policy == "power_of_two":
+        return {}
+    return {
+        "request_router_config": {
+            "request_router_class": ROUTER_PATH,
+            "request_router_kwargs": a.routing.router_kwargs(),
+        }
+    }
+
+
 def llm_config(a: AppArgs) -> LLMConfig:
     m = a.model
     env = dict(m.env)
@@ -75,6 +89,7 @@ def llm_config(a: AppArgs) -> LLMConfig:
         "health_check_timeout_s": a.health.timeout_s,
         "ray_actor_options": {"num_cpus": a.replica_num_cpus},
         **shutdown_options(a),
+        **routing_options(a),
     }
     tp = m.tensor_parallel_size
     extra: dict[str, Any] = {}

@@ -151,6 +151,54 @@ class LimitsArgs(ServeArgs):
     )
 
 
+class RoutingArgs(ServeArgs):
+    """How the ingress picks an engine replica. `prefix_aware`: Ray Serve LLM's
+    PrefixCacheAffinityRouter (serve_app/routing.py), which sends a prompt to the replica that already
+    served its longest prefix, i.e. where that prefix's KV blocks are (with `enable_prefix_caching`).
+    The tuning fields are its `initialize_state` arguments; None leaves Ray's default."""
+
+    policy: Literal["power_of_two", "prefix_aware"] = Field(
+        "power_of_two", description="power_of_two: Serve's default router (least loaded of two random replicas)"
+    )
+    imbalanced_threshold: float | None = Field(
+        None,
+        ge=0,
+        description="queue-length difference between replicas above which load wins over prefix affinity "
+        "(power of two); None: Ray's default, infinity (prefix affinity always wins)",
+    )
+    match_rate_threshold: float | None = Field(
+        None,
+        ge=0,
+        le=1,
+        description="share of the prompt's characters a replica must hold to be preferred; below it the "
+        "replica holding the fewest characters gets the request. None: Ray's default (0.1)",
+    )
+    do_eviction: bool | None = Field(
+        None, description="trim the router's prefix tree (least recently used first); None: Ray's default (off)"
+    )
+    eviction_threshold_chars: int | None = Field(
+        None, ge=1, description="characters one replica holds in the tree that start a trim (Ray: 400000)"
+    )
+    eviction_target_chars: int | None = Field(
+        None, ge=1, description="characters of that replica a trim leaves (Ray: 360000)"
+    )
+    eviction_interval_secs: int | None = Field(None, ge=1, description="how often the tree is checked (Ray: 10)")
+
+    @model_validator(mode="after")
+    def _prefix_fields_need_prefix_policy(self):
+        tuned = sorted(self.router_kwargs())
+        if self.policy != "prefix_aware" and tuned:
+            raise ValueError(f"routing {tuned} apply to policy: prefix_aware only (policy is {self.policy})")
+        t, target = self.eviction_threshold_chars, self.eviction_target_chars
+        if t is not None and target is not None and target > t:
+            raise ValueError(f"eviction_target_chars ({target}) > eviction_threshold_chars ({t})")
+        return self
+
+    def router_kwargs(self) -> dict[str, Any]:
+        """The PrefixCacheAffinityRouter arguments that were set (Ray's defaults stay Ray's)."""
+        return self.model_dump(exclude={"policy"}, exclude_none=True)
+
+
 class AuthArgs(ServeArgs):
     enabled: bool = False
     api_keys_env: str | None = Field("SPECEXIT_API_KEYS", description="env var: keys, comma/newline separated")
@@ -176,6 +224,7 @@ class AppArgs(ServeArgs):
     auth: AuthArgs = Field(default_factory=AuthArgs)
     health: HealthArgs = Field(default_factory=HealthArgs)
     limits: LimitsArgs = Field(default_factory=LimitsArgs)
+    routing: RoutingArgs = Field(default_factory=RoutingArgs)
     request_timeout_s: float = Field(300.0, gt=0, description="whole request, queueing included; then 503")
     graceful_shutdown_timeout_s: float | None = Field(
         None,

@@ -8,7 +8,8 @@ vLLM's own serving layer; this class only post-processes what it returns:
 * counts the engine aborts (a client that disconnects must abort its request in the engine);
 * `usage.specexit.fallback`: why the worker ran a request without SpecExit (from `fallbacks-*.jsonl`);
 * counts the requests that reach it, and those that still carry an `Authorization` header (the
-  ingress strips it after the key check, serve_app/auth.py: this count must stay 0).
+  ingress strips it after the key check, serve_app/auth.py: this count must stay 0);
+* counts prefix-cache lookups and hits and preemptions, also as Ray metrics (serve_app/cache_metrics.py).
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ from typing import Any
 
 from pydantic_core import from_json, to_json
 
+from serve_app import cache_metrics
 from serve_app.ray_llm import VLLMEngine
+from serve_app.replica import replica_tag
 from serve_app.telemetry import ExitEventIndex, choice_telemetry, usage_block
 from specexit_core.draft.config import SpecExitFields, read_specexit_fields
 from specexit_core.vllm_plugin.controls import request_exit_config, server_defaults
@@ -62,6 +65,10 @@ class SpecExitVLLMEngine(VLLMEngine):
             return await orig_abort(request_id, *args, **kw)
 
         self._engine_client.abort = abort
+        self._replica = replica_tag()
+        self._cache = cache_metrics.attach(
+            self._engine_client, cache_metrics.RayCounters(self.llm_config.model_id, self._replica)
+        )
         log.info(
             "SpecExit serving: active=%s think_end=%s telemetry=%s", self._specexit_active, self._think_end_id, tdir
         )
@@ -75,8 +82,11 @@ class SpecExitVLLMEngine(VLLMEngine):
 
     def specexit_stats(self) -> dict:
         """Engine aborts, requests the engine still runs, telemetry lines skipped as malformed,
-        requests seen and those that arrived with an Authorization header."""
+        requests seen and those that arrived with an Authorization header; which replica this is and its
+        prefix-cache and preemption counts (None when the engine keeps no statistics)."""
         return {
+            "replica": self._replica,
+            "prefix_cache": self._cache.snapshot() if self._cache is not None else None,
             "aborts": self._aborts,
             "requests": self._requests,
             "requests_with_authorization": self._requests_with_authorization,

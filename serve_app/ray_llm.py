@@ -38,6 +38,9 @@ Why each private name is needed:
   `serve deploy` / KubeRay do with one `applications` entry (import the builder, call it with its
   `args`, flatten the application), in `build_like_serve_run`; the KubeRay test builds
   serveConfigV2 this way, without a cluster. Imported on call: the app itself never needs them.
+* `broadcast` (`ray.llm._internal.serve.utils.broadcast`): calls a method on every running replica of a
+  deployment, in `call_every_replica` (per-replica `specexit_stats`, e.g. where prefix routing sent
+  requests; a handle call reaches one replica of the router's choosing). Imported on call.
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ __all__ = [
     "RAY_VERSION_READ",
     "VLLMEngine",
     "build_like_serve_run",
+    "call_every_replica",
     "init_fastapi",
     "openai_json_wrapper",
     "peek_at_generator",
@@ -76,3 +80,12 @@ def build_like_serve_run(app_cfg: dict):
 
     app = call_user_app_builder_with_args_if_necessary(import_attr(app_cfg["import_path"]), app_cfg.get("args"))
     return build_serve_app(app, name=app_cfg["name"])
+
+
+def call_every_replica(deployment: str, app: str, method: str) -> list:
+    """`method()` of every running replica of one deployment of a running Serve app, one answer per
+    replica (Ray Serve LLM's `broadcast`). Needs `ray.init` to that cluster."""
+    from ray import serve
+    from ray.llm._internal.serve.utils.broadcast import broadcast
+
+    return broadcast(serve.get_deployment_handle(deployment, app_name=app), method)

@@ -14,17 +14,9 @@ import tempfile
 from ray.serve.llm.deployment import LLMServer
 
 from serve_app.engine import SpecExitVLLMEngine
+from serve_app.replica import replica_tag
 from specexit_core.vllm_env import apply_cpu_defaults, is_cpu_build
 from specexit_core.vllm_plugin.telemetry import TELEMETRY_DIR_ENV
-
-
-def _replica_tag() -> str:
-    try:
-        from ray import serve
-
-        return serve.get_replica_context().replica_id.unique_id
-    except Exception:
-        return str(os.getpid())
 
 
 class SpecExitLLMServer(LLMServer):
@@ -35,7 +27,7 @@ class SpecExitLLMServer(LLMServer):
             apply_cpu_defaults()  # setdefault only: the config's env vars win
         # One exit-event folder per replica: each replica joins only its own engine's events.
         base = os.environ.get(TELEMETRY_DIR_ENV) or os.path.join(tempfile.gettempdir(), "specexit-telemetry")
-        os.environ[TELEMETRY_DIR_ENV] = os.path.join(base, _replica_tag())
+        os.environ[TELEMETRY_DIR_ENV] = os.path.join(base, replica_tag())
         await super().__init__(llm_config, **kwargs)
 
     async def specexit_stats(self) -> dict:

@@ -1,16 +1,14 @@
-"""Speculative-decoding counters of one vLLM engine (offline `LLM`), read between requests.
-
-Why not `LLM.get_metrics()`: it reads the process-wide Prometheus registry, and a second engine in
-the same process replaces the first one's collectors, so two engines (EAGLE-3 vs SpecExit) cannot
-be told apart. This attaches a tiny stat logger to one engine's own logger manager instead; it
-sees the per-step `SpecDecodingStats` the scheduler sends with every output batch.
-Needs the engine built with `disable_log_stats=False`.
+"""Speculative-decoding counters of one vLLM engine (offline `LLM`), read between requests: the
+per-step `SpecDecodingStats` the scheduler sends with every output batch, counted by a stat logger of
+that engine alone (bench/engine_stats.py says why not Prometheus).
 """
 
 from __future__ import annotations
 
+from specexit_core.bench import engine_stats
 
-class SpecCounters:
+
+class SpecCounters(engine_stats.AttachedStatLogger):
     """Cumulative (drafts, draft tokens, accepted tokens) of one engine."""
 
     def __init__(self) -> None:
@@ -18,7 +16,6 @@ class SpecCounters:
         self.draft_tokens = 0
         self.accepted = 0
 
-    # the StatLoggerManager interface (only `record` matters; the others are no-ops)
     def record(self, scheduler_stats, iteration_stats, mm_cache_stats=None, engine_idx: int = 0) -> None:
         sd = getattr(scheduler_stats, "spec_decoding_stats", None) if scheduler_stats is not None else None
         if sd is not None:
@@ -26,27 +23,13 @@ class SpecCounters:
             self.draft_tokens += sd.num_draft_tokens
             self.accepted += sd.num_accepted_tokens
 
-    def log(self) -> None:
-        pass
-
-    def log_engine_initialized(self) -> None:
-        pass
-
-    def record_sleep_state(self, *args, **kwargs) -> None:
-        pass
-
     def snapshot(self) -> tuple[int, int]:
         return self.drafts, self.accepted
 
 
 def attach(llm) -> SpecCounters:
     """Attach counters to an offline `vllm.LLM` (built with disable_log_stats=False)."""
-    manager = getattr(llm.llm_engine, "logger_manager", None)
-    if manager is None:
-        raise RuntimeError("the engine keeps no stats: build it with disable_log_stats=False")
-    counters = SpecCounters()
-    manager.stat_loggers.append(counters)
-    return counters
+    return engine_stats.attach(llm, SpecCounters())
 
 
 def acceptance_length(drafts: float, accepted: float) -> float | None:

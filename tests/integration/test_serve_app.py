@@ -13,7 +13,7 @@ from collections import Counter
 import httpx
 import pytest
 
-from support.serve import ServeApp, running_serve, server_log_excerpt, toy_model_args
+from support.serve import ServeApp, running_serve, server_log_excerpt, toy_model_args, wait_generating
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow(minutes=16)]
 
@@ -68,17 +68,7 @@ def base(tmp_path_factory):
 
 
 def _wait_ready(url: str, timeout: float = 240) -> None:
-    """Until a generation succeeds (/v1/models is answered by the ingress alone)."""
-    t0 = time.time()
-    while time.time() - t0 < timeout:
-        try:
-            r = httpx.post(url + "/v1/chat/completions", json=GOOD, headers=auth(), timeout=30)
-            if r.status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(1)
-    raise TimeoutError("Serve app did not become ready")
+    wait_generating(url, GOOD, auth(), timeout)
 
 
 def auth(key: str = KEY) -> dict:
@@ -463,15 +453,19 @@ def test_load_200_requests_at_concurrency_16(base):
 
 
 def test_overload_beyond_the_queue_gets_429_with_retry_after(base):
-    # 16 running + 16 queued per replica: 80 at once must overflow, fast, never hang
+    # 16 running + 16 queued per replica: 80 at once must overflow, fast, never hang.
+    # An admitted request that a loaded machine cannot finish within the app's 60 s deadline gets the
+    # designed 503 + Retry-After; the client waits 90 s, so only a real hang shows up as ReadTimeout
+    # (a 60 s client timeout raced the 60 s deadline: CI stop 22).
     res = asyncio.run(
-        _fire(base, 80, 80, {"model": MODEL, "max_tokens": 300, "temperature": 0, "ignore_eos": True}, timeout=60)
+        _fire(base, 80, 80, {"model": MODEL, "max_tokens": 300, "temperature": 0, "ignore_eos": True}, timeout=90)
     )
     codes = [r[0] for r in res]
-    assert set(codes) <= {200, 429}, [r for r in res if r[0] not in (200, 429)][:3]
-    assert codes.count(429) >= 20 and codes.count(200) >= 16
+    assert set(codes) <= {200, 429, 503}, [r for r in res if r[0] not in (200, 429, 503)][:3]
+    assert codes.count(429) >= 20 and codes.count(200) + codes.count(503) >= 16
     assert all(r[1] == "2" for r in res if r[0] == 429)
-    assert "overloaded" in next(r[2] for r in res if r[0] == 429)  # never a hang: each had a 60 s client timeout
+    assert all(r[1] for r in res if r[0] == 503)  # a deadline answer says when to retry too
+    assert "overloaded" in next(r[2] for r in res if r[0] == 429)
 
 
 # -- faults: last, they restart the engine replica ------------------------------------------------------

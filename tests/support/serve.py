@@ -96,3 +96,20 @@ def server_log_excerpt(needle: str, before: int = 5, after: int = 40, limit: int
             if needle in line:
                 out.append(f"== {path.name}:{i + 1}\n" + "\n".join(lines[max(0, i - before) : i + after]))
     return "\n".join(out)[-limit:]
+
+
+def wait_generating(url: str, body: dict, headers: dict | None = None, timeout: float = 240) -> None:
+    """Until one chat completion succeeds (/v1/models is answered by the ingress alone, before any
+    engine replica is ready)."""
+    import httpx
+
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        try:
+            r = httpx.post(url + "/v1/chat/completions", json=body, headers=headers or {}, timeout=60)
+            if r.status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(1)
+    raise TimeoutError(f"no generation from the app at {url} within {timeout:g} s")
