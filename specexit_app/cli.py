@@ -131,6 +131,21 @@ def cmd_bench_hook(args: argparse.Namespace) -> int:
     return bench_main(sizes=tuple(args.sizes), steps=args.steps, as_json=args.json)
 
 
+def kv_bench_config(args: argparse.Namespace):
+    """The `bench kv` options given on the command line over KVBenchConfig's defaults."""
+    from specexit_core.bench.kv_bench import KVBenchConfig
+
+    fields = KVBenchConfig.model_fields
+    return KVBenchConfig(**{k: v for k, v in vars(args).items() if k in fields and v is not None})
+
+
+def cmd_bench_kv(args: argparse.Namespace) -> int:
+    from specexit_app.provenance import provenance
+    from specexit_core.bench.kv_bench import main as bench_main
+
+    return bench_main(kv_bench_config(args), as_json=args.json, extra=provenance())
+
+
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from pipelines.calibrate.job import main as calibrate_main
 
@@ -270,6 +285,22 @@ def build_parser() -> argparse.ArgumentParser:
     bh.add_argument("--steps", type=int, default=40, help="timed steps per size")
     bh.add_argument("--json", action="store_true", help="only the JSON lines (the last one holds the numbers)")
     bh.set_defaults(func=cmd_bench_hook)
+    bk = be.add_parser(
+        "kv",
+        help="KV on the toy: a long prompt re-sent after an engine restart (tiered connector vs none), and "
+        "concurrent long requests at a tight KV budget (SpecExit vs EAGLE-3: preemptions, block-seconds)",
+    )
+    # unset options keep KVBenchConfig's defaults (specexit_core/bench/kv_bench.py: their one home)
+    bk.add_argument("--json", action="store_true", help="print the result as one JSON line (the last line)")
+    bk.add_argument("--restart-prompts", type=int, help="long prompts re-sent after the restart")
+    bk.add_argument("--history-tokens", type=int, help="a restart prompt's length at most")
+    bk.add_argument("--restart-max-tokens", type=int, help="greedy tokens compared after the restart")
+    bk.add_argument("--num-blocks", type=int, help="KV pool under pressure, in blocks of 32 tokens")
+    bk.add_argument("--max-concurrency", type=int, help="the concurrency sweep's upper end")
+    bk.add_argument("--pressure-requests", type=int, help="requests in the pressure wave (default: max concurrency)")
+    bk.add_argument("--max-tokens", type=int, help="tokens per pressure request at most")
+    bk.add_argument("--exit-config", help="calibrated exit JSON for specexit (default: the draft's defaults)")
+    bk.set_defaults(func=cmd_bench_kv)
 
     ca = sub.add_parser("calibrate", help="pick exit thresholds on a dev split (fastest within an accuracy tolerance)")
     ca.add_argument("--config", default="examples/toy/calibrate.yaml", help="CalibrateConfig YAML")

@@ -65,6 +65,19 @@ def bench_row(name: str, m: dict) -> list[str]:
     ]
 
 
+def kv_row(name: str, m: dict) -> list[str]:
+    """A row of README's `specexit bench kv` pressure table, from docs/results/kv_toy_cpu.json."""
+    limit = " (sweep limit)" if m["sweep_limit_reached"] else ""
+    return [
+        f"{m['concurrent_without_preemption']}{limit}",
+        f"{m['preemptions']}",
+        f"{m['completed']} / {m['pressure_requests']}",
+        f"{m['kv_block_seconds_per_request']:.2f}",
+        f"{m['think_tokens']:.1f}",
+        f"{100 * m['accuracy']:.0f}%",
+    ]
+
+
 def _load(name: str) -> dict:
     d = json.loads((RESULTS / name).read_text())
     missing = [k for k in PROVENANCE if not d.get(k)]
@@ -87,6 +100,8 @@ def _backing(header: list[str]):
         return d["by_temperature"][h[4:].strip()], demo_row
     if h.startswith("toy, 50 test problems"):
         return _load("bench_vllm_toy_cpu.json")["methods"], bench_row
+    if h.startswith("toy, KV pool"):
+        return _load("kv_toy_cpu.json")["pressure"], kv_row
     return None
 
 
@@ -121,6 +136,18 @@ def test_hook_figures_match_their_json():
     for text, key in ((m.group(1), "hook_us_per_step"), (m.group(2), "step_us_without_hook")):
         want = [f"{round(d[key][s]):,}" for s in ("1", "16", "64", "256")]
         assert [x.strip() for x in text.split("/")] == want
+
+
+def test_kv_restart_figures_match_their_json():
+    md = (REPO_ROOT / "README.md").read_text()
+    r = _load("kv_toy_cpu.json")["restart"]
+    (row,) = [t[1] for t in tables(md) if t[0][0].startswith("after a restart")]
+    assert row[1:] == [
+        f"{r['hit_share']:.2f} ({r['blocks_from_directory'] + r['blocks_from_host']} / {r['prompt_blocks']} blocks)",
+        f"{r['prefill_tokens_with']} / {r['prefill_tokens_without']} ({r['prefill_tokens_ratio']:.3f})",
+        f"{1000 * r['ttft_s_with']:.1f} / {1000 * r['ttft_s_without']:.1f} ms ({r['ttft_ratio']:.2f})",
+        "yes" if r["identical"] else "no",
+    ]
 
 
 def test_readme_cites_only_files_that_exist():
