@@ -14,8 +14,9 @@ import logging
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, model_serializer, model_validator
 
+from specexit_core.toy.shifts import Shift
 from specexit_core.typed_config import ConfigError, StrictModel, resolve_path
 
 log = logging.getLogger("specexit.pipelines")
@@ -25,12 +26,16 @@ LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
 def _toy_rows(cfg: InputConfig, n: int) -> list[dict]:
+    from specexit_core.toy.shifts import shifted_problems
     from specexit_core.toy.task import problems
 
-    return [
-        {"id": f"toy-{cfg.split}-{p.uid}", "prompt": p.prompt, "gold": str(p.answer)}
-        for p in problems(cfg.split, n, seed=cfg.seed)
-    ]  # type: ignore[arg-type]
+    if cfg.shift is None:
+        probs = problems(cfg.split, n, seed=cfg.seed)  # type: ignore[arg-type]
+    else:
+        probs = shifted_problems(cfg.shift, cfg.split, n, seed=cfg.seed)  # type: ignore[arg-type, assignment]
+    # a shifted problem's id names its shift: the same arithmetic asked another way is another row
+    tag = cfg.split if cfg.shift is None else f"{cfg.split}-{cfg.shift}"
+    return [{"id": f"toy-{tag}-{p.uid}", "prompt": p.prompt, "gold": str(p.answer)} for p in probs]
 
 
 def read_dataset(cfg: InputConfig, limit: int | None):
@@ -145,12 +150,27 @@ class InputConfig(StrictModel):
     prompt_column: str = "prompt"
     gold_column: str | None = None  # gold answer column (toy: always filled)
     choices_column: str | None = None  # multiple choice: list of options, appended as "A. ..."
+    # toy only: a shifted test set (specexit_core/toy/shifts.py), e.g. longer chains than training
+    shift: Shift | None = None
 
     @model_validator(mode="after")
     def _need_path(self):
         if self.kind != "toy" and not self.path:
             raise ValueError(f"input.kind={self.kind!r} needs input.path")
+        if self.shift is not None and self.kind != "toy":
+            raise ValueError(f"input.shift={self.shift!r} is a toy test set; input.kind is {self.kind!r}")
+        if self.shift is not None and self.split not in ("train", "dev", "test"):
+            raise ValueError(f"input.shift needs a toy split (train, dev, test), got {self.split!r}")
         return self
+
+    @model_serializer(mode="wrap")
+    def _omit_no_shift(self, handler):
+        # Without a shift the dump is what it was before `shift` existed, so the run identity
+        # (run.json) of outputs written then still matches and they can be resumed.
+        d = handler(self)
+        if self.shift is None:
+            d.pop("shift", None)
+        return d
 
     def resolve_paths(self) -> InputConfig:
         if self.path and self.kind != "hf_hub":  # an hf_hub path is a dataset name

@@ -2,6 +2,9 @@
 
     python -m pipelines.report RUN_DIR [--out DIR]
 
+(A folder of `python -m pipelines.evaluate.generalisation` gets the "Does the exit generalise?"
+report instead: `pipelines/report/generalisation.py`.)
+
 - `pareto.png`: accuracy vs think tokens, one point per method and per budget setting, the Pareto
   front dashed (one panel per temperature);
 - `latency.png`: mean end-to-end latency per request at concurrency 1 (probes included);
@@ -364,5 +367,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("run_dir")
     ap.add_argument("--out", help="output folder (default: the run folder)")
     a = ap.parse_args(argv)
+    from pipelines.report.generalisation import SUMMARY_FILE, write_generalisation_report
+
+    if (Path(a.run_dir) / SUMMARY_FILE).exists():  # a generalisation run: one evaluation per distribution
+        print(write_generalisation_report(a.run_dir, a.out))
+        return 0
     print(write_report(a.run_dir, a.out))
     return 0

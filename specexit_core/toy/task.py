@@ -81,29 +81,47 @@ def is_hard(a: int, op: str, b: int) -> bool:
     return False
 
 
-def random_problem(rng: random.Random) -> Problem:
-    nops = rng.randint(MIN_OPS, MAX_OPS)
+def random_problem(
+    rng: random.Random,
+    *,
+    nops: int | None = None,
+    ops: tuple[str, ...] = OPS,
+    add_sub_operands: tuple[int, int] = (1, MAX_OPERAND),
+) -> Problem:
+    """A random problem. The defaults are the training distribution (their random draws must stay
+    as they are: every split and seed depends on them); the keywords are for the shifted test sets
+    of `specexit_core.toy.shifts` (a fixed chain length, other operators, other +/- operands)."""
+    nops = rng.randint(MIN_OPS, MAX_OPS) if nops is None else nops
+    lo_as, hi_as = add_sub_operands
     while True:
         val = rng.randint(0, MAX_OPERAND)
         start, steps = val, []
         for _ in range(nops):
             choices = []
-            for op in OPS:
+            for op in ops:
                 if op == "+":
-                    hi = min(MAX_OPERAND, MAX_VALUE - val)
-                    lo = 1
+                    hi = min(hi_as, MAX_VALUE - val)
+                    lo = lo_as
                 elif op == "-":
-                    hi, lo = min(MAX_OPERAND, val), 1
+                    hi, lo = min(hi_as, val), lo_as
+                elif op == "/":  # exact division only, so every value stays an integer token
+                    divisors = [b for b in range(2, 10) if val >= b and val % b == 0]
+                    hi, lo = (len(divisors) - 1, 0) if divisors else (-1, 0)
                 else:  # keep products in range and non-trivial
                     hi = min(9, MAX_VALUE // max(val, 1))
                     lo = 2
                 if hi >= lo:
                     choices.append((op, lo, hi))
+            if not choices:  # a shifted operator set can run out of moves (e.g. only "/" on a prime)
+                break
             op, lo, hi = rng.choice(choices)
             b = rng.randint(lo, hi)
+            if op == "/":
+                b = divisors[b]
             steps.append((op, b))
             val = apply(val, op, b)
-        return Problem(start, tuple(steps))
+        else:
+            return Problem(start, tuple(steps))
 
 
 def problems(split: Split, n: int, seed: int = 0) -> list[Problem]:

@@ -47,6 +47,7 @@ def test_example_configs_validate(path, monkeypatch):
     """Every recipe in examples/ loads with its own typed loader (unknown keys would be errors)."""
     from pipelines.calibrate.config import CalibrateConfig
     from pipelines.evaluate.config import EvalConfig
+    from pipelines.evaluate.generalisation import GeneralisationConfig
     from specexit_app.demo_config import load_demo_config
     from specexit_core.typed_config import load_config
 
@@ -59,7 +60,7 @@ def test_example_configs_validate(path, monkeypatch):
             for s in ("traces", "labels", "train_draft", "calibrate", "serve", "evaluate")
         )
         return
-    model = {"evaluate": EvalConfig, "calibrate": CalibrateConfig}.get(stem)
+    model = {"evaluate": EvalConfig, "calibrate": CalibrateConfig, "generalisation": GeneralisationConfig}.get(stem)
     cfg = load_config(model, str(path)) if model else load_stage_config(stem, str(path))
     assert Path(cfg.output).is_absolute()
 
