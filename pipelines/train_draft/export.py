@@ -1,58 +1,19 @@
-"""Publishing the trained draft: the folder at `output` may be serving reads (a vLLM engine
-starting up, a copy in progress), so it is never deleted in place. The new draft is written to a
-hidden sibling folder and swapped in (`replace_dir`): a reader sees the whole old draft or the
-whole new one."""
+"""Publishing the trained draft: copied to a hidden sibling of `output` with its training record and
+swapped in (pipelines/common/publish.py), so a reader sees the whole old draft or the whole new one."""
 
 from __future__ import annotations
 
-import ctypes
 import json
-import os
 import shutil
-import uuid
 from pathlib import Path
 
-_RENAME_EXCHANGE = 2  # linux/fs.h
-_AT_FDCWD = -100
-
-
-def _exchange(a: Path, b: Path) -> bool:
-    """Swap two paths in one atomic step (Linux renameat2 RENAME_EXCHANGE); False where the
-    system or the file system cannot."""
-    try:
-        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
-    except (OSError, AttributeError):
-        return False
-    return renameat2(_AT_FDCWD, os.fsencode(str(a)), _AT_FDCWD, os.fsencode(str(b)), _RENAME_EXCHANGE) == 0
-
-
-def replace_dir(staged: str | Path, dst: str | Path) -> Path:
-    """Put the finished folder `staged` (a sibling of `dst`, same file system) at `dst`, never
-    deleting `dst` while it is the live path. A fresh `dst` is one rename; an existing one is
-    swapped atomically where the system can (renameat2), else renamed aside a moment before the new
-    one is renamed in. The old folder is deleted afterwards."""
-    staged, dst = Path(staged), Path(dst)
-    if not dst.exists():
-        os.rename(staged, dst)
-        return dst
-    if _exchange(staged, dst):
-        shutil.rmtree(staged)  # now the old folder
-        return dst
-    old = dst.with_name(f".{dst.name}.old-{uuid.uuid4().hex[:8]}")
-    os.rename(dst, old)
-    os.rename(staged, dst)
-    shutil.rmtree(old)
-    return dst
+from pipelines.common.publish import replace_dir, staging_dir
 
 
 def export_draft(draft_dir: str | Path, out: str | Path, meta: dict) -> Path:
     """Copy `draft_dir` (a checkpoint's draft) plus `specexit_train.json` (`meta`) to `out`."""
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    for stale in [*out.parent.glob(f".{out.name}.tmp-*"), *out.parent.glob(f".{out.name}.old-*")]:
-        shutil.rmtree(stale, ignore_errors=True)  # left by an export that died midway
-    staged = out.parent / f".{out.name}.tmp-{uuid.uuid4().hex[:8]}"
+    staged = staging_dir(out)
     shutil.copytree(draft_dir, staged)
     (staged / "specexit_train.json").write_text(json.dumps(meta, indent=2) + "\n")
     replace_dir(staged, out)
-    return out
+    return Path(out)

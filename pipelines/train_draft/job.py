@@ -14,8 +14,6 @@ anything else is refused (pipelines/common/run_identity.py).
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import time
 from pathlib import Path
@@ -26,6 +24,8 @@ from pipelines.common.parts import keep_ids, part_files, read_column
 from pipelines.common.run_identity import check_identity, config_identity, model_fingerprint, write_identity
 from pipelines.common.runtime import init_ray, use_gpu
 from pipelines.common.tokens import load_tokenizer, token_ids
+from pipelines.common.train_run import EVENTS, has_checkpoint, parts_fingerprint
+from pipelines.common.train_run import read_events as read_run_events
 from pipelines.train_draft.config import TrainDraftConfig
 from pipelines.train_draft.export import export_draft
 from pipelines.train_draft.loop import DRAFT_SUBDIR, train_loop
@@ -47,12 +47,11 @@ COLUMNS = [
 
 
 def events_path(cfg: TrainDraftConfig) -> Path:
-    return Path(cfg.storage_path) / cfg.run_name / "specexit_events.jsonl"
+    return Path(cfg.storage_path) / cfg.run_name / EVENTS
 
 
 def read_events(cfg: TrainDraftConfig) -> list[dict]:
-    p = events_path(cfg)
-    return [json.loads(x) for x in p.read_text().splitlines()] if p.exists() else []
+    return read_run_events(events_path(cfg))
 
 
 def prepare_init_draft(cfg: TrainDraftConfig, run_dir: Path, must_keep: list[int]):
@@ -84,24 +83,14 @@ def prepare_init_draft(cfg: TrainDraftConfig, run_dir: Path, must_keep: list[int
     return str(init), d2t, t2d
 
 
-def input_fingerprint(files: list[Path], limit: int | None) -> dict:
-    """The labels a run trains on: its part files (named by their ids, sized by their content)."""
-    h = hashlib.sha256("".join(f"{f.name}\0{f.stat().st_size}\n" for f in files).encode())
-    return {"parts": len(files), "sha256": h.hexdigest()[:16], "limit": limit}
-
-
 def identity(cfg: TrainDraftConfig, files: list[Path]) -> dict:
     """What the checkpoints of `<storage_path>/<run_name>` depend on (pipelines/common/run_identity.py)."""
     return {
         "stage": "train_draft",
         "config": config_identity(cfg, cfg.RUN_ONLY_KEYS),
         "models": {"target": model_fingerprint(cfg.target), "init_draft": model_fingerprint(cfg.init_draft)},
-        "input": input_fingerprint(files, cfg.limit),
+        "input": parts_fingerprint(files, cfg.limit),
     }
-
-
-def has_checkpoint(run_dir: Path) -> bool:
-    return (run_dir / "checkpoint_manager_snapshot.json").exists() or any(run_dir.glob("checkpoint_*"))
 
 
 def run(cfg: TrainDraftConfig) -> dict:

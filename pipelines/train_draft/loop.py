@@ -10,17 +10,18 @@ from its step. The data order after a resume is not replayed exactly (shuffles r
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
 
+from pipelines.common.train_run import STATE, load_state
+from pipelines.common.train_run import event as _event
+from pipelines.common.train_run import say as _say
 from pipelines.train_draft.config import TrainDraftConfig
 from specexit_core.draft.checkpoint import load_draft, save_draft
 from specexit_core.draft.config import DraftConfig, vllm_default_aux_layer_ids
@@ -29,7 +30,6 @@ from specexit_core.training.collate import collate
 from specexit_core.training.loss import LossConfig
 from specexit_core.training.step import DraftBatch, SpecExitObjective, train_step
 
-STATE = "state.pt"
 DRAFT_SUBDIR = "draft"
 
 
@@ -73,20 +73,6 @@ def _to(batch: DraftBatch, device) -> DraftBatch:
     return DraftBatch(*(getattr(batch, f).to(device) for f in DraftBatch.__dataclass_fields__))
 
 
-def _say(msg: str) -> None:
-    """One line to the worker's stdout (Ray forwards it to the job log). Ray Train patches
-    `print` to also go through its logger, which shows every line twice; write to the real stdout."""
-    sys.__stdout__.write(msg + "\n")
-    sys.__stdout__.flush()
-
-
-def _event(path: str | None, **kw) -> None:
-    if path:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a") as fh:
-            fh.write(json.dumps({"time": round(time.time(), 3), **kw}) + "\n")
-
-
 def _save(inner: SpecExitObjective, opt, step: int, cfg: TrainDraftConfig, metrics: dict):
     from ray.train import Checkpoint
 
@@ -99,13 +85,6 @@ def _save(inner: SpecExitObjective, opt, step: int, cfg: TrainDraftConfig, metri
         extra={"specexit_train": {"step": step, **{k: metrics[k] for k in ("loss", "token_loss") if k in metrics}}},
     )
     return d, Checkpoint.from_directory(d)
-
-
-def load_state(path: str, device) -> dict:
-    """A checkpoint's training state (model and optimizer state dicts, step). `weights_only=True`:
-    tensors and plain containers only, so a checkpoint folder someone else could write cannot run
-    code when it is loaded (torch's full unpickler would)."""
-    return torch.load(path, map_location=device, weights_only=True)
 
 
 def train_loop(config: dict) -> None:

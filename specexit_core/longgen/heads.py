@@ -6,13 +6,15 @@ Head i (1..gamma) predicts the token i positions after the one the target's own 
     logits_i = lm_head(RMSNormOut_i(h_i))             (the target's LM head, shared and frozen)
 The linear layers start at zero, so an untrained head repeats the target's own prediction (a harmless draft
 that is usually rejected). The heads' own weights are saved as `config.json` + `model.safetensors`
-(`save_heads` / `load_heads`), the format the head-training stage writes.
+(`save_heads` / `load_heads`), the format the head-training stage (pipelines/train_heads) writes; its
+config.json also records what they were trained on (`HeadsConfig.training`).
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -27,6 +29,9 @@ class HeadsConfig(StrictModel):
     hidden_size: int
     num_heads: int = 3  # gamma
     rms_norm_eps: float = 1e-6
+    # What trained them, as the head-training stage records it (pipelines/train_heads): the target
+    # (path or hub id and a content fingerprint), steps, final loss. None for heads trained in process.
+    training: dict[str, Any] | None = None
 
 
 class _RMSNorm(nn.Module):

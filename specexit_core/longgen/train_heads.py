@@ -3,16 +3,18 @@
 Self-distillation as in TokenSwift / Medusa: on sequences the target itself wrote, head i learns to predict
 the token i + 1 positions after each position from the target's pre-norm hidden state there (the base LM
 head predicts the next one). The target runs once per sequence to collect features; only the heads train.
-The Ray stage that trains heads at scale (issue 14 item 3) is meant to reuse `collect_features` and
-`heads_loss`; `train_heads` here is the single-process loop the toy demo and tests use.
+The Ray stage that trains heads at scale (pipelines/train_heads) reuses `HeadTrainConfig`, `collect_features`,
+`heads_loss` and `lr_at`; `train_heads` here is the single-process loop the toy demo and tests use.
 """
 
 from __future__ import annotations
 
+import math
 import time
 
 import torch
 import torch.nn.functional as F
+from pydantic import Field
 
 from specexit_core.longgen.heads import DraftHeads, heads_for
 from specexit_core.longgen.target import Target
@@ -22,11 +24,17 @@ IGNORE = -100
 
 
 class HeadTrainConfig(StrictModel):
-    num_heads: int = 3
-    steps: int = 300
-    lr: float = 2e-3
-    batch_positions: int = 2048
+    num_heads: int = Field(3, ge=1)  # gamma
+    steps: int = Field(300, ge=1)
+    lr: float = Field(2e-3, gt=0)  # peak; cosine decay to 0 over `steps` (`lr_at`)
+    batch_positions: int = Field(2048, ge=1)  # positions per optimizer step
     seed: int = 0
+
+
+def lr_at(cfg: HeadTrainConfig, step: int) -> float:
+    """The learning rate of optimizer step `step` (0-based): cosine from `lr` to 0 over `steps`, a function of
+    the step alone so that a resumed run continues the same schedule."""
+    return cfg.lr * 0.5 * (1 + math.cos(math.pi * min(step, cfg.steps) / cfg.steps))
 
 
 @torch.inference_mode()
@@ -59,16 +67,16 @@ def train_heads(target: Target, sequences: list[list[int]], cfg: HeadTrainConfig
     for p in lm_head.parameters():
         p.requires_grad_(False)
     opt = torch.optim.AdamW(heads.parameters(), lr=cfg.lr, weight_decay=0.0)
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, cfg.steps)
     g = torch.Generator().manual_seed(cfg.seed)
     first = last = None
-    for _ in range(cfg.steps):
+    for step in range(cfg.steps):
+        for group in opt.param_groups:
+            group["lr"] = lr_at(cfg, step)
         idx = torch.randint(0, feats.shape[0], (cfg.batch_positions,), generator=g)
         loss = heads_loss(heads, lm_head, feats[idx], labels[:, idx])
         opt.zero_grad()
         loss.backward()
         opt.step()
-        sched.step()
         last = float(loss.detach())
         first = last if first is None else first
     heads.eval()

@@ -274,7 +274,7 @@ def test_train_run_identity_allows_more_steps_refuses_other_labels_or_lr(tmp_pat
 # -- item 11: atomic export, weights-only checkpoints -----------------------------------------------
 def test_draft_export_never_removes_the_live_folder(tmp_path, monkeypatch):
     """A reader of the exported draft sees a whole folder at every moment of repeated exports."""
-    import pipelines.train_draft.export as export
+    import pipelines.common.publish as export
     from pipelines.train_draft.export import export_draft
 
     src = tmp_path / "ckpt_draft"
