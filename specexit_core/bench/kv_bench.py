@@ -12,10 +12,11 @@
     together, with the exit disabled ("eagle3": thresholds that never fire, same draft, same engine)
     and enabled ("specexit"). Per method: the largest concurrency served without any preemption
     (sweep 1, 2, ... until one preempts), then one wave of `pressure_requests` at once: preemptions,
-    completed requests and KV block-seconds per request (bench/kv_measures.py).
-
-The connector's host tier is not varied under pressure: the toy's prompts are shorter than one block,
-and the connector stores only full prompt blocks, so it would hold nothing for them.
+    completed requests and KV block-seconds per request (bench/kv_measures.py). Then the same waves
+    on an engine whose connector keeps blocks in a host-memory tier, generated blocks included
+    (`save_generated`): a request preempted to free KV reloads its prompt and output blocks when it
+    resumes instead of recomputing them ("pressure_host_tier": resumed requests, blocks they loaded,
+    wall time vs the wave without it, greedy output identical to it).
 Engines are shut down between phases. Times are wall times on this machine: compare ratios.
 """
 
@@ -58,6 +59,7 @@ class KVBenchConfig(StrictModel):
     max_tokens: int = Field(400, ge=1)  # per pressure request
     num_speculative_tokens: int = Field(3, ge=1)
     exit_config: str | None = None  # calibrated exit JSON for "specexit"; None: the draft's defaults
+    host_tier_bytes: int = Field(256 << 20, ge=1 << 20)  # the pressure connector's host tier (per worker)
 
 
 # ------------------------------------------------------------------ prompts
@@ -231,7 +233,12 @@ def _wave_entry(trace, golds, close_id: int, block_size: int, num_blocks: int) -
     }
 
 
-def run_pressure(cfg: KVBenchConfig, tok) -> dict:
+def run_pressure(cfg: KVBenchConfig, tok, root: Path) -> tuple[dict, dict]:
+    """(pressure, pressure_host_tier): per method the sweep and a wave on an engine without a
+    connector, then the same wave on an engine whose connector keeps prompt and committed generated
+    blocks in a host-memory tier (`save_generated`), so preempted requests reload instead of recompute."""
+    from specexit_core.kv_cache.settings import kv_transfer_config
+
     wave = cfg.pressure_requests or cfg.max_concurrency
     prompts, golds = long_reasoning_prompts(tok, max(wave, cfg.max_concurrency))
     spec_args = {"specexit": load_exit_overrides(cfg.exit_config)} if cfg.exit_config else None
@@ -241,13 +248,16 @@ def run_pressure(cfg: KVBenchConfig, tok) -> dict:
     }
     close_id = tok.convert_tokens_to_ids("</think>")
     spec = {"method": "eagle3", "model": str(DRAFT_DIR), "num_speculative_tokens": cfg.num_speculative_tokens}
+    engine = {
+        "speculative_config": spec,
+        "block_size": cfg.block_size,
+        "num_gpu_blocks_override": cfg.num_blocks,
+        "max_num_seqs": max(64, wave, cfg.max_concurrency),
+    }
     res: dict = {m: {} for m in km.PRESSURE_METHODS}
-    with _engine(
-        speculative_config=spec,
-        block_size=cfg.block_size,
-        num_gpu_blocks_override=cfg.num_blocks,
-        max_num_seqs=max(64, wave, cfg.max_concurrency),
-    ) as llm:
+    host: dict = {m: {} for m in km.PRESSURE_METHODS}
+    outputs: dict[str, list] = {}
+    with _engine(**engine) as llm:
         counters = attach_counters(llm)
         for m in km.PRESSURE_METHODS:
             run_requests(llm, prompts[:1], sps[m], counters)  # warm-up
@@ -260,11 +270,32 @@ def run_pressure(cfg: KVBenchConfig, tok) -> dict:
             res[m]["sweep_preemptions"] = [r["preemptions"] for r in rows]
         for m in km.PRESSURE_METHODS:
             trace = run_requests(llm, prompts[:wave], sps[m], counters)
+            outputs[m] = [r.token_ids for r in trace.requests]
             res[m] |= _wave_entry(trace, golds[:wave], close_id, cfg.block_size, cfg.num_blocks)
             log.info("pressure %s: %s", m, res[m])
+    # the same waves with the host tier: blocks per request at most max_model_len / block_size
+    stats = root / "stats_pressure"
+    connector = kv_transfer_config(None, stats_dir=str(stats), host_bytes=cfg.host_tier_bytes, save_generated=True)
+    with _engine(**engine, kv_transfer_config=connector) as llm:
+        counters = attach_counters(llm)
+        for m in km.PRESSURE_METHODS:
+            run_requests(llm, prompts[:1], sps[m], counters)  # warm-up
+        for m in km.PRESSURE_METHODS:
+            before = _read_stats(stats)["scheduler"]
+            trace = run_requests(llm, prompts[:wave], sps[m], counters)
+            after = _read_stats(stats)["scheduler"]
+            host[m] = _wave_entry(trace, golds[:wave], close_id, cfg.block_size, cfg.num_blocks) | {
+                "resumed_requests": after["resumed_requests"] - before["resumed_requests"],
+                "resumed_blocks_loaded": after["resumed_blocks_loaded"] - before["resumed_blocks_loaded"],
+                "identical_to_without": [r.token_ids for r in trace.requests] == outputs[m],
+                "wall_s_ratio_vs_without": km.ratio(trace.end - trace.start, res[m]["wall_s"]),
+                "with_host_tier": True,
+                "pressure_requests": wave,
+            }
+            log.info("pressure %s with the host tier: %s", m, host[m])
     for m in km.PRESSURE_METHODS:
         res[m] |= {"with_host_tier": False, "pressure_requests": wave}
-    return res
+    return res, host
 
 
 # ------------------------------------------------------------------ the bench
@@ -275,7 +306,7 @@ def run_bench(cfg: KVBenchConfig) -> dict:
     tok = AutoTokenizer.from_pretrained(str(TEACHER_DIR))
     with tempfile.TemporaryDirectory(prefix="specexit-kv-bench-") as tmp:
         restart = run_restart(cfg, tok, Path(tmp))
-    pressure = run_pressure(cfg, tok)
+        pressure, pressure_host = run_pressure(cfg, tok, Path(tmp))
     e, s = pressure["eagle3"], pressure["specexit"]
     ratios = {
         "concurrency_specexit_vs_eagle3": km.ratio(
@@ -289,6 +320,7 @@ def run_bench(cfg: KVBenchConfig) -> dict:
     return km.kv_result(
         restart,
         pressure,
+        pressure_host_tier=pressure_host,
         ratios=ratios,
         config=cfg.model_dump(),
         specexit_exit=load_exit_overrides(cfg.exit_config) if cfg.exit_config else "the draft's defaults",
@@ -318,4 +350,10 @@ def print_summary(res: dict) -> None:
         print(
             f"{m:10s} {e['concurrent_without_preemption']:12d} {e['preemptions']:11d} {e['completed']:9d} "
             f"{e['kv_block_seconds_per_request']:11.3f}"
+        )
+    for m, e in res.get("pressure_host_tier", {}).items():
+        print(
+            f"{m} with the host tier: preemptions {e['preemptions']}, resumed {e['resumed_requests']} loading "
+            f"{e['resumed_blocks_loaded']} blocks, wall time x{e['wall_s_ratio_vs_without']:.2f}, "
+            f"identical {e['identical_to_without']}"
         )

@@ -24,19 +24,35 @@ def namespace(identity: dict) -> str:
     return hashlib.sha256(b"specexit-kv-ns\0" + blob).hexdigest()
 
 
-def prefix_block_keys(ns: str, token_ids: Sequence[int], block_size: int, salt: str | None = None) -> list[str]:
-    """Keys of the full blocks of `token_ids` (a trailing partial block has none)."""
+def chain_root(ns: str, salt: str | None = None) -> str:
+    """The parent of a sequence's first block: the namespace, or the namespace and the cache salt."""
+    return ns if salt is None else hashlib.sha256(f"{ns}\0salt\0{salt}".encode()).hexdigest()
+
+
+def next_block_key(parent: str, block_token_ids: Sequence[int]) -> str:
+    """The key of one full block after the block keyed `parent` (or `chain_root` for the first)."""
+    h = hashlib.sha256(parent.encode())
+    # fixed-width little-endian ids: no two token sequences serialize the same
+    h.update(b"".join(int(t).to_bytes(8, "little", signed=True) for t in block_token_ids))
+    return h.hexdigest()
+
+
+def extend_block_keys(
+    keys: list[str], ns: str, token_ids: Sequence[int], block_size: int, salt: str | None = None
+) -> list[str]:
+    """Append to `keys` (the keys of `token_ids`' first len(keys) blocks) the keys of its further full blocks."""
     if block_size <= 0:
         raise ValueError(f"block_size must be positive, got {block_size}")
-    parent = ns if salt is None else hashlib.sha256(f"{ns}\0salt\0{salt}".encode()).hexdigest()
-    keys = []
-    for start in range(0, len(token_ids) - block_size + 1, block_size):
-        h = hashlib.sha256(parent.encode())
-        # fixed-width little-endian ids: no two token sequences serialize the same
-        h.update(b"".join(int(t).to_bytes(8, "little", signed=True) for t in token_ids[start : start + block_size]))
-        parent = h.hexdigest()
+    parent = keys[-1] if keys else chain_root(ns, salt)
+    for start in range(len(keys) * block_size, len(token_ids) - block_size + 1, block_size):
+        parent = next_block_key(parent, token_ids[start : start + block_size])
         keys.append(parent)
     return keys
+
+
+def prefix_block_keys(ns: str, token_ids: Sequence[int], block_size: int, salt: str | None = None) -> list[str]:
+    """Keys of the full blocks of `token_ids` (a trailing partial block has none)."""
+    return extend_block_keys([], ns, token_ids, block_size, salt)
 
 
 def model_fingerprint(model: str) -> str:

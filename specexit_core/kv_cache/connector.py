@@ -3,8 +3,9 @@
 Loaded by vLLM from `kv_transfer_config` (see `settings.kv_transfer_config`); one instance runs in
 the scheduler, one in each worker.
 
-- Scheduler side: keys each prompt's full blocks (`block_keys`), reports how many further prompt
-  tokens the tiers hold (host tier: the keys workers report holding; directory tier: the block files
+- Scheduler side: keys each prompt's full blocks (`block_keys`; with `save_generated`, committed
+  generated blocks too, for preempted requests), reports how many further tokens the tiers hold
+  (host tier: the keys workers report holding; directory tier: the block files
   exist for every model shard), and tells workers which blocks to load and which to save
   (`request_plan`).
 - Worker side: loads are synchronous, before the forward that reads them; a block that cannot be
@@ -124,13 +125,17 @@ class TieredKVConnector(KVConnectorBase_V1):
         directory = self.settings.directory
         if role == KVConnectorRole.SCHEDULER:
             spec = vllm_config.speculative_config
-            self.planner = RequestPlanner(ns, self.block_size, bool(spec and spec.use_eagle_block_drop()))
+            self.planner = RequestPlanner(
+                ns, self.block_size, bool(spec and spec.use_eagle_block_drop()), self.settings.save_generated
+            )
             self.directory = DirectoryTier(directory) if directory else None
             self.shards = _shards(vllm_config)
             self.host_index: set[str] = set()
             self.sched_stats = {
-                "requests": 0,  # requests allocated with the connector consulted
+                "requests": 0,  # requests allocated with the connector consulted (first time)
                 "prompt_blocks": 0,  # their prompts' full blocks
+                "resumed_requests": 0,  # preempted requests allocated again
+                "resumed_blocks_loaded": 0,  # blocks they took from the tiers instead of recomputing
                 "matched_blocks_host": 0,  # blocks vLLM took from the host tier
                 "matched_blocks_directory": 0,  # ... from the directory tier
                 "load_blocks": 0,  # blocks sent to workers to load
@@ -220,16 +225,23 @@ class TieredKVConnector(KVConnectorBase_V1):
             self.planner.untracked(rid)
             return 0, False
         prompt = request.prompt_token_ids or []
-        self.planner.track(rid, prompt, request.cache_salt)
-        return self.planner.match(rid, len(prompt), num_computed_tokens, self._locate), False
+        # all_token_ids: the live list the scheduler extends with accepted tokens (used with save_generated)
+        self.planner.track(rid, prompt, request.cache_salt, request.all_token_ids)
+        n = self.planner.num_tokens(rid, len(prompt))
+        return self.planner.match(rid, n, num_computed_tokens, self._locate), False
 
     def update_state_after_alloc(self, request: Request, blocks: KVCacheBlocks, num_external_tokens: int) -> None:
         rid = request.request_id
         self.planner.after_alloc(rid, blocks.get_block_ids()[0], num_external_tokens)
         s = self.sched_stats
+        tiers = self.planner.matched_tiers(rid, num_external_tokens)
+        if request.num_preemptions:  # a resume: its prompt was counted the first time
+            s["resumed_requests"] += 1
+            s["resumed_blocks_loaded"] += len(tiers)
+            return
         s["requests"] += 1
         s["prompt_blocks"] += len(request.prompt_token_ids or []) // self.block_size
-        for tier in self.planner.matched_tiers(rid, num_external_tokens):
+        for tier in tiers:
             s[f"matched_blocks_{tier}"] += 1
 
     def get_external_cache_hit_sources(self, request: Request, num_external_tokens: int) -> dict[CacheHitSource, int]:

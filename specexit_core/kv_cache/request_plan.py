@@ -1,10 +1,15 @@
 """Scheduler-side bookkeeping of the connector, free of vLLM types so it is unit-tested alone.
 
-Per request: the keys of its prompt's full blocks, its block ids and a save cursor. `match` answers
-vLLM's "how many more prompt tokens can you load?"; `after_alloc` turns a match into (block id, key)
-loads; `step` turns one scheduled step into (block id, key) saves: the prompt blocks this step
-fills that no tier holds yet. Only prompt blocks are stored: generated tokens may be draft tokens
-that verification rejects, and a later turn's prompt carries them anyway.
+Per request: the keys of its full blocks, its block ids and a save cursor. `match` answers vLLM's
+"how many more tokens can you load?"; `after_alloc` turns a match into (block id, key) loads; `step`
+turns one scheduled step into (block id, key) saves: the blocks this step fills that no tier holds yet.
+
+By default only prompt blocks are stored (a later turn's prompt carries the generated tokens anyway).
+With `generated=True` the full blocks of generated tokens are stored too, once their tokens are
+committed (below the request's computed tokens, so never a draft that verification may reject): a
+request the scheduler preempts to free KV blocks (its blocks freed, its tokens kept) then reloads its
+KV from the tiers when it resumes instead of recomputing prompt and output. Generated keys are read
+from the request's live token list, which the scheduler extends as tokens are accepted.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from specexit_core.kv_cache.block_keys import prefix_block_keys
+from specexit_core.kv_cache.block_keys import extend_block_keys
 
 # where a key is held now ("host", "directory") or None
 Locate = Callable[[str], str | None]
@@ -20,7 +25,10 @@ Locate = Callable[[str], str | None]
 
 @dataclass
 class _Request:
-    keys: list[str]  # keys of the prompt's full blocks
+    keys: list[str]  # keys of the full blocks known so far (the prompt's, then generated ones)
+    prompt_blocks: int = 0  # how many of `keys` are the prompt's
+    tokens: Sequence[int] | None = None  # the request's live token list (prompt + output), if generated
+    salt: str | None = None
     block_ids: list[int] = field(default_factory=list)
     cursor: int = 0  # blocks below this need no saving (local hits, loaded, or already saved)
     match_start: int = 0  # first block of the last match
@@ -34,28 +42,52 @@ class StepPlan:
 
 
 class RequestPlanner:
-    def __init__(self, namespace: str, block_size: int, keep_last_block: bool = False):
+    def __init__(self, namespace: str, block_size: int, keep_last_block: bool = False, generated: bool = False):
         self.namespace = namespace
         self.block_size = block_size
+        self.generated = generated  # store committed generated blocks too (module docstring)
         # EAGLE drafters read the token after each position: like vLLM's own prefix cache, leave the
         # last matched block to be recomputed so the draft's KV there matches this request
         self.keep_last_block = keep_last_block
         self._reqs: dict[str, _Request] = {}
         self._pending_loads: dict[str, list[tuple[int, str]]] = {}
 
-    def track(self, req_id: str, prompt: Sequence[int], salt: str | None = None) -> None:
+    def track(
+        self, req_id: str, prompt: Sequence[int], salt: str | None = None, tokens: Sequence[int] | None = None
+    ) -> None:
+        """Start keying a request: its prompt's full blocks now; with `generated`, later blocks of
+        `tokens` (its live prompt + output list) as they fill."""
         if req_id not in self._reqs:
-            self._reqs[req_id] = _Request(prefix_block_keys(self.namespace, prompt, self.block_size, salt))
+            keys = extend_block_keys([], self.namespace, prompt, self.block_size, salt)
+            live = tokens if self.generated else None
+            self._reqs[req_id] = _Request(keys, prompt_blocks=len(keys), tokens=live, salt=salt)
+
+    def _key_upto(self, r: _Request, num_tokens: int) -> int:
+        """Extend a generated-tracking request's keys over its first `num_tokens` tokens; the number
+        of its blocks that may be keyed now."""
+        if r.tokens is None:
+            return len(r.keys)
+        n = min(num_tokens, len(r.tokens))
+        if n >= (len(r.keys) + 1) * self.block_size:
+            extend_block_keys(r.keys, self.namespace, r.tokens[:n], self.block_size, r.salt)
+        return len(r.keys)
+
+    def num_tokens(self, req_id: str, prompt_len: int) -> int:
+        """What `match` may load from: the prompt, or (generated) every token the request holds now."""
+        r = self._reqs.get(req_id)
+        return len(r.tokens) if r is not None and r.tokens is not None else prompt_len
 
     def untracked(self, req_id: str) -> None:
         """A request the connector must not cache (LoRA, multimodal, prompt embeddings)."""
         self._reqs[req_id] = _Request(keys=[])
 
-    def match(self, req_id: str, prompt_len: int, num_computed_tokens: int, locate: Locate) -> int:
-        """Tokens beyond `num_computed_tokens` (block-aligned) that the tiers can supply. The last
-        prompt token is always computed (its logits are needed)."""
+    def match(self, req_id: str, num_tokens: int, num_computed_tokens: int, locate: Locate) -> int:
+        """Tokens beyond `num_computed_tokens` (block-aligned) of the request's first `num_tokens`
+        (`num_tokens()`) that the tiers can supply. The last token is always computed (its logits are
+        needed)."""
         r = self._reqs[req_id]
-        loadable = min(len(r.keys), max(prompt_len - 1, 0) // self.block_size)
+        self._key_upto(r, num_tokens)
+        loadable = min(len(r.keys), max(num_tokens - 1, 0) // self.block_size)
         start = num_computed_tokens // self.block_size
         tiers = []
         for key in r.keys[start:loadable]:
@@ -107,9 +139,14 @@ class RequestPlanner:
         planned: set[str] = set()  # requests sharing a prefix in one step save it once
         for req_id, computed in computed_of.items():
             r = self._reqs.get(req_id)
-            if r is None or r.cursor >= len(r.keys):
+            if r is None:
                 continue
-            full = min((computed + num_scheduled.get(req_id, 0)) // self.block_size, len(r.keys), len(r.block_ids))
+            # prompt blocks as this step fills them; generated ones once committed (below `computed`)
+            prompt_full = min((computed + num_scheduled.get(req_id, 0)) // self.block_size, r.prompt_blocks)
+            committed = min(self._key_upto(r, computed), computed // self.block_size) if r.tokens is not None else 0
+            full = min(max(prompt_full, committed), len(r.block_ids))
+            if r.cursor >= full:
+                continue
             for i in range(r.cursor, full):
                 if r.keys[i] not in planned and locate(r.keys[i]) is None:
                     planned.add(r.keys[i])

@@ -22,6 +22,9 @@ class KVCacheSettings(StrictModel):
     host_bytes: int = Field(1 << 30, ge=0)  # host-memory tier budget per worker, bytes
     write_queue_blocks: int = Field(256, ge=1)  # directory writes waiting at most; more are dropped
     fsync: bool = False  # fsync each block file before publishing it (slower; survives power loss)
+    # also store full blocks of generated tokens once committed: a request preempted to free KV blocks
+    # reloads prompt and output from the tiers when it resumes instead of recomputing them
+    save_generated: bool = False
     stats_dir: str | None = None  # when set, the scheduler-side connector keeps <stats_dir>/kv-stats-<pid>.json
     model_identity: str | None = None  # overrides the model fingerprint in block keys
 

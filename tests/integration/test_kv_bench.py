@@ -28,6 +28,8 @@ def result():
     print(f"\nbench kv: restart {doc['restart']}\nratios {doc['ratios']}")
     for m, e in doc["pressure"].items():
         print(f"{m}: {e}")
+    for m, e in doc["pressure_host_tier"].items():
+        print(f"{m} with the host tier: {e}")
     return doc
 
 
@@ -65,3 +67,12 @@ def test_pressure_figures_are_consistent(result):
     assert s["kv_block_steps_per_request"] < e["kv_block_steps_per_request"]
     assert s["concurrent_without_preemption"] >= e["concurrent_without_preemption"]
     assert e["preemptions"] >= s["preemptions"]
+
+
+def test_with_the_host_tier_preempted_requests_reload_their_blocks(result):
+    for m, h in result["pressure_host_tier"].items():
+        assert h["with_host_tier"] is True and h["completed"] == h["pressure_requests"], m
+        if h["resumed_requests"]:  # preempted requests resumed: their committed blocks came back
+            assert h["resumed_blocks_loaded"] > 0, (m, h)
+    # the EAGLE-3 wave holds KV long enough at this pool to be preempted
+    assert result["pressure_host_tier"]["eagle3"]["resumed_requests"] > 0

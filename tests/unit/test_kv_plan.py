@@ -93,3 +93,39 @@ def test_kv_transfer_config_names_the_connector_and_recomputes_failures():
         KVCacheSettings.model_validate({"host_byte": 1})
     with pytest.raises(ValueError):
         kv_transfer_config("/x", host_bytes=-1)
+
+
+def test_generated_blocks_are_saved_once_committed_and_reloaded_after_preemption():
+    prompt = list(range(6))  # 1 full prompt block
+    tokens = list(prompt)  # the request's live token list, extended as tokens are accepted
+    p = planner(generated=True)
+    p.track("r", prompt, tokens=tokens)
+    assert p.num_tokens("r", len(prompt)) == 6
+    plan = p.step([("r", [1, 2], 0)], [], {"r": 6}, lambda k: None)  # prefill
+    assert [b for b, _ in plan.saves] == [1]
+    tokens += [100, 101, 102]  # 9 tokens; 8 computed after the next step
+    # a step with drafts scheduled past the block boundary saves nothing generated: only `computed` counts
+    plan = p.step([], [("r", None, False, 6)], {"r": 4}, lambda k: None)
+    assert plan.saves == []
+    tokens += [103, 104]  # 11 tokens, 10 computed: block 1 (tokens 4..7) is committed
+    plan = p.step([], [("r", [3], False, 10)], {"r": 1}, lambda k: None)
+    keys = prefix_block_keys(NS, tokens, BS)
+    assert plan.saves == [(2, keys[1])]
+    # preempted: every block freed, the tokens kept; both blocks are loadable, the last token is computed
+    held = {keys[0]: "host", keys[1]: "host"}
+    assert p.match("r", p.num_tokens("r", 6), 0, held.get) == 2 * BS
+    p.after_alloc("r", [7, 8, 9], 2 * BS)
+    plan = p.step([], [("r", [7, 8, 9], True, 2 * BS)], {"r": 3}, held.get)
+    assert plan.loads == {"r": [(7, keys[0]), (8, keys[1])]} and plan.saves == []
+
+
+def test_without_generated_only_prompt_blocks_are_keyed():
+    prompt = list(range(6))
+    tokens = prompt + list(range(100, 110))
+    p = planner()
+    p.track("r", prompt, tokens=tokens)
+    assert p.num_tokens("r", 6) == 6
+    keys = prefix_block_keys(NS, tokens, BS)
+    assert p.match("r", 6, 0, dict.fromkeys(keys, "host").get) == BS
+    p.step([("r", [1, 2], 0)], [], {"r": 6}, lambda k: None)
+    assert p.step([], [("r", [3, 4], False, 14)], {"r": 1}, lambda k: None).saves == []
