@@ -10,7 +10,9 @@ traces stage, so the module needs no vLLM and stays short.
 from __future__ import annotations
 
 import json
+import os
 import random
+import sys
 from pathlib import Path
 
 import pytest
@@ -21,7 +23,7 @@ from pipelines.common.train_run import EVENTS, read_events
 from specexit_core.toy.paths import TEACHER_DIR
 from specexit_core.toy.task import problems
 from specexit_core.toy.traces import make_trace
-from support.cli import output_json
+from support.cli import output_json, run_json
 from support.ray_head import LocalHead, retry_no_agent
 
 pytestmark = [pytest.mark.slow(minutes=3)]
@@ -139,7 +141,11 @@ def test_job_trains_heads_the_engine_uses_losslessly(cluster, work):
 
 def test_finished_rerun_is_a_noop_and_more_steps_resume(cluster, work):
     before = json.loads((work / "heads" / "specexit_train.json").read_text())["summary"]
-    _, s = _submit(cluster, work / "train_heads.yaml")
+    env = dict(os.environ, RAY_AUTH_MODE="disabled", HF_HUB_OFFLINE="1")
+    env.pop("RAY_ADDRESS", None)  # the same command run locally: it must not even start Ray
+    _, s = run_json(
+        [sys.executable, "-m", "pipelines.train_heads", "--config", work / "train_heads.yaml"], env=env, timeout=120
+    )
     assert s["skipped"] and s["step"] == STEPS and s["loss"] == before["loss"], s
     assert len(_starts(work)) == 1  # no worker group started: nothing retrained
 

@@ -78,6 +78,21 @@ def kv_row(name: str, m: dict) -> list[str]:
     ]
 
 
+def generalisation_row(name: str, d: dict) -> list[str]:
+    """A row of README's generalisation table (one distribution), from
+    docs/results/generalisation_toy_cpu.json `distributions[name]`."""
+    m = d["methods"]
+    e, s, p, o = m["eagle3"], m["specexit"], m["specexit_paper"], m["oracle"]
+    vs = s["accuracy_vs_eagle3"]
+    return [
+        f"{100 * e['accuracy']:.1f}%",
+        f"{100 * s['accuracy']:.1f}% {_ci(s['accuracy_ci95'])}",
+        f"{vs['points']:+.1f} {_ci(vs['ci95'], 1.0)}",
+        f"{e['think_tokens']:.1f} / {s['think_tokens']:.1f} / {o['think_tokens']:.1f}",
+        f"{100 * s['think_saving_vs_eagle3']:.0f}% / {100 * p['think_saving_vs_eagle3']:.0f}%",
+    ]
+
+
 def _load(name: str) -> dict:
     d = json.loads((RESULTS / name).read_text())
     missing = [k for k in PROVENANCE if not d.get(k)]
@@ -98,6 +113,8 @@ def _backing(header: list[str]):
     if h.startswith("T = "):
         d = _load("demo_toy_cpu.json")
         return d["by_temperature"][h[4:].strip()], demo_row
+    if h.startswith("toy distribution"):
+        return _load("generalisation_toy_cpu.json")["distributions"], generalisation_row
     if h.startswith("toy, 50 test problems"):
         return _load("bench_vllm_toy_cpu.json")["methods"], bench_row
     if h.startswith("toy, KV pool"):
