@@ -140,7 +140,7 @@ def kv_bench_config(args: argparse.Namespace):
 
 
 def cmd_bench_kv(args: argparse.Namespace) -> int:
-    from specexit_app.provenance import provenance
+    from pipelines.common.provenance import provenance
     from specexit_core.bench.kv_bench import main as bench_main
 
     return bench_main(kv_bench_config(args), as_json=args.json, extra=provenance())

@@ -18,9 +18,9 @@ import shutil
 import time
 from pathlib import Path
 
+from pipelines.common.provenance import provenance
 from pipelines.stages import load_stage_config
 from specexit_app.demo_config import DemoConfig
-from specexit_app.provenance import provenance
 from specexit_core.typed_config import load_config, read_yaml
 
 log = logging.getLogger("specexit.demo")

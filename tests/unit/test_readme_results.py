@@ -93,6 +93,18 @@ def generalisation_row(name: str, d: dict) -> list[str]:
     ]
 
 
+def kv_host_row(name: str, m: dict) -> list[str]:
+    """A row of README's host-tier table, from docs/results/kv_toy_cpu.json `pressure_host_tier`."""
+    return [
+        f"{m['preemptions']}",
+        f"{m['resumed_requests']}",
+        f"{m['resumed_blocks_loaded']}",
+        f"{m['completed']} / {m['pressure_requests']}",
+        f"{m['wall_s_ratio_vs_without']:.2f}",
+        "yes" if m["identical_to_without"] else "no",
+    ]
+
+
 def _load(name: str) -> dict:
     d = json.loads((RESULTS / name).read_text())
     missing = [k for k in PROVENANCE if not d.get(k)]
@@ -117,6 +129,8 @@ def _backing(header: list[str]):
         return _load("generalisation_toy_cpu.json")["distributions"], generalisation_row
     if h.startswith("toy, 50 test problems"):
         return _load("bench_vllm_toy_cpu.json")["methods"], bench_row
+    if h.startswith("toy, same waves with a host tier"):
+        return _load("kv_toy_cpu.json")["pressure_host_tier"], kv_host_row
     if h.startswith("toy, KV pool"):
         return _load("kv_toy_cpu.json")["pressure"], kv_row
     return None
