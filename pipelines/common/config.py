@@ -1,5 +1,6 @@
 """Config pieces every pipeline job shares: the Ray connection, the vLLM engine, sampling, and the
-base of the stage configs (output folder, resumable parts, think markers).
+base of the stage configs (output folder, resumable parts, think markers) and of the Ray Train
+stages (a frozen target, workers, checkpoints under `<storage_path>/<run_name>`).
 
 The stage configs themselves live next to their stage (`pipelines/<stage>/config.py`); all are
 `StrictModel`s loaded through `specexit_core.typed_config.load_config` (unknown keys are errors
@@ -14,7 +15,7 @@ from pydantic import Field
 
 from specexit_core.typed_config import ConfigError, StrictModel, resolve_model, resolve_path
 
-__all__ = ["ConfigError", "EngineConfig", "RayConfig", "SamplingConfig", "StageBase"]
+__all__ = ["ConfigError", "EngineConfig", "RayConfig", "SamplingConfig", "StageBase", "TrainRunBase"]
 
 
 class RayConfig(StrictModel):
@@ -110,4 +111,60 @@ class StageBase(StrictModel):
 
     def resolve_paths(self):
         self.output = resolve_path(self.output)
+        return self
+
+
+class TrainRunBase(StrictModel):
+    """What the Ray Train stages (train_draft, train_heads) share: Parquet in, a frozen target, DDP
+    workers, checkpoints under `<storage_path>/<run_name>` that a rerun resumes, a published output."""
+
+    # Keys a rerun of the same run may change (pipelines/common/run_identity.py): where things are,
+    # how long and on what it trains, how often it logs and checkpoints. The target is fingerprinted
+    # by content, the input by its part files. The stages add their own.
+    RUN_ONLY_KEYS: ClassVar[frozenset[str]] = frozenset(
+        {
+            "input",
+            "output",
+            "limit",
+            "target",
+            "run_name",
+            "storage_path",
+            "steps",
+            "num_workers",
+            "use_gpu",
+            "threads_per_worker",
+            "cache_data",
+            "log_every",
+            "checkpoint_every",
+            "num_to_keep",
+            "max_failures",
+            "ray",
+        }
+    )
+
+    input: str  # the previous stage's output folder (Parquet parts)
+    output: str  # the exported model folder (published whole: pipelines/common/publish.py)
+    limit: int | None = Field(None, ge=1)  # first N input rows
+    target: str  # the frozen target (teacher) model
+    run_name: str
+    storage_path: str = "runs/ray_train"  # Ray Train checkpoints: <storage_path>/<run_name>
+    num_workers: int = Field(2, ge=1)
+    use_gpu: bool | Literal["auto"] = "auto"
+    threads_per_worker: int = Field(1, ge=1)  # torch threads per CPU worker
+    target_dtype: Literal["float32", "bfloat16", "float16"] = "float32"  # the target's weights on the workers
+    # Materialize the input's columns in the Ray object store once: epochs then re-split blocks in
+    # memory instead of re-reading Parquet (seconds per epoch, which dominates on small sets).
+    # Turn off when they do not fit in the object store.
+    cache_data: bool = True
+    log_every: int = Field(10, ge=1)
+    checkpoint_every: int = Field(50, ge=1)
+    num_to_keep: int = Field(2, ge=1)
+    max_failures: int = Field(2, ge=0)  # worker-group restarts from the last checkpoint
+    ray: RayConfig = Field(default_factory=RayConfig)
+
+    def resolve_paths(self):
+        self.input = resolve_path(self.input)
+        self.output = resolve_path(self.output)
+        self.storage_path = resolve_path(self.storage_path)
+        self.target = resolve_model(self.target)
         return self

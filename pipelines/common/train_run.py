@@ -1,7 +1,8 @@
 """What the Ray Train stages (train_draft, train_heads) share about one training run under
 `<storage_path>/<run_name>`: whether it has checkpoints, the fingerprint of the Parquet parts it
-trains on, its event log (worker-group starts, checkpoints, end), the workers' progress lines and
-loading a checkpoint's training state safely. Importable without Ray."""
+trains on, its event log (worker-group starts, checkpoints, end), the workers' progress lines,
+loading a checkpoint's training state safely, a worker's start and the trainer itself. Importable
+without Ray (Ray and torch are imported where used)."""
 
 from __future__ import annotations
 
@@ -53,3 +54,49 @@ def load_state(path: str, device) -> dict:
     import torch
 
     return torch.load(path, map_location=device, weights_only=True)
+
+
+def start_worker(config: dict, threads: int, seed: int):
+    """A Ray Train worker's first lines: its pid under `config["run_dir"]` (lets an operator, or a
+    failure test, find and kill a worker), its device, torch threads on CPU, the seed.
+    -> (rank, world size, device)."""
+    import os
+
+    import ray.train
+    import ray.train.torch
+    import torch
+
+    ctx = ray.train.get_context()
+    rank, world = ctx.get_world_rank(), ctx.get_world_size()
+    run_dir = config.get("run_dir")
+    if run_dir:
+        Path(run_dir).mkdir(parents=True, exist_ok=True)
+        Path(run_dir, f"worker-{rank}.pid").write_text(str(os.getpid()))
+    device = ray.train.torch.get_device()
+    if device.type == "cpu":
+        torch.set_num_threads(threads)
+    torch.manual_seed(seed)
+    return rank, world, device
+
+
+def torch_trainer(loop, loop_config: dict, cfg, datasets: dict, gpu: bool):
+    """The stage's `TorchTrainer`: `cfg.num_workers` DDP workers (1 CPU each without GPUs),
+    checkpoints under `<cfg.storage_path>/<cfg.run_name>` (the last `num_to_keep`), and
+    `max_failures` worker-group restarts from the last checkpoint. `cfg`: a `TrainRunBase`."""
+    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    return TorchTrainer(
+        loop,
+        train_loop_config=loop_config,
+        scaling_config=ScalingConfig(
+            num_workers=cfg.num_workers, use_gpu=gpu, resources_per_worker=None if gpu else {"CPU": 1}
+        ),
+        datasets=datasets,
+        run_config=RunConfig(
+            name=cfg.run_name,
+            storage_path=cfg.storage_path,
+            checkpoint_config=CheckpointConfig(num_to_keep=cfg.num_to_keep),
+            failure_config=FailureConfig(max_failures=cfg.max_failures),
+        ),
+    )

@@ -6,48 +6,15 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from pipelines.common.config import RayConfig
-from specexit_core.typed_config import StrictModel, resolve_model, resolve_path
+from pipelines.common.config import TrainRunBase
+from specexit_core.typed_config import resolve_model
 
 
-class TrainDraftConfig(StrictModel):
-    # Keys a rerun of the same run may change (pipelines/common/run_identity.py): where things are,
-    # how long and on what it trains, how often it logs and checkpoints. The target and init draft
-    # are fingerprinted by content, the labels by their part files.
-    RUN_ONLY_KEYS: ClassVar[frozenset[str]] = frozenset(
-        {
-            "input",
-            "output",
-            "limit",
-            "target",
-            "init_draft",
-            "run_name",
-            "storage_path",
-            "steps",
-            "num_workers",
-            "use_gpu",
-            "threads_per_worker",
-            "cache_data",
-            "bf16_autocast",
-            "recompute",
-            "log_every",
-            "checkpoint_every",
-            "num_to_keep",
-            "max_failures",
-            "ray",
-        }
-    )
+class TrainDraftConfig(TrainRunBase):
+    """input: the labels output folder; output: the exported SpecExit draft folder."""
 
-    input: str  # labels output folder
-    output: str  # exported SpecExit draft folder
-    limit: int | None = Field(None, ge=1)
-    target: str  # the frozen target (teacher) model
-    run_name: str
-    storage_path: str = "runs/ray_train"  # Ray Train checkpoints: <storage_path>/<run_name>
-    num_workers: int = Field(2, ge=1)
-    use_gpu: bool | Literal["auto"] = "auto"
-    threads_per_worker: int = Field(1, ge=1)  # torch threads per CPU worker
-    target_dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    RUN_ONLY_KEYS: ClassVar[frozenset[str]] = TrainRunBase.RUN_ONLY_KEYS | {"init_draft", "bf16_autocast", "recompute"}
+
     aux_layer_ids: tuple[int, int, int] | None = None  # None: vLLM's default (2, L//2, L-3)
     draft_vocab_size: int | None = Field(None, ge=1)  # required unless init_draft gives it
     # Start from an existing EAGLE-3 draft of this target (the usual case for real models: a
@@ -58,10 +25,6 @@ class TrainDraftConfig(StrictModel):
     steps: int = Field(100, ge=1)
     batch_size: int = Field(8, ge=1)  # per worker
     max_seq_len: int | None = Field(None, ge=8)  # truncate prompt + completion
-    # Materialize the labeled rows in the Ray object store once: epochs then re-split blocks in
-    # memory instead of re-reading Parquet (seconds per epoch, which dominates on small sets).
-    # Turn off when the labels do not fit in the object store.
-    cache_data: bool = True
     lr: float = Field(2e-3, gt=0)
     warmup_steps: int = Field(10, ge=1)
     unroll: int = Field(7, ge=1)
@@ -72,15 +35,10 @@ class TrainDraftConfig(StrictModel):
     bf16_autocast: bool | Literal["auto"] = "auto"
     recompute: bool | Literal["auto"] = "auto"
     grad_clip: float = Field(1.0, gt=0)
-    log_every: int = Field(10, ge=1)
-    checkpoint_every: int = Field(50, ge=1)
-    num_to_keep: int = Field(2, ge=1)
-    max_failures: int = Field(2, ge=0)  # worker-group restarts from the last checkpoint
     seed: int = 0
     think_start: str = "<think>"
     think_end: str = "</think>"
     split_tokens: list[str] | None = None  # always in the draft vocab; None: auto (as labels)
-    ray: RayConfig = Field(default_factory=RayConfig)
 
     @field_validator("aux_layer_ids")
     @classmethod
@@ -96,9 +54,6 @@ class TrainDraftConfig(StrictModel):
         return self
 
     def resolve_paths(self) -> TrainDraftConfig:
-        self.input = resolve_path(self.input)
-        self.output = resolve_path(self.output)
-        self.storage_path = resolve_path(self.storage_path)
-        self.target = resolve_model(self.target)
+        super().resolve_paths()
         self.init_draft = resolve_model(self.init_draft)
         return self

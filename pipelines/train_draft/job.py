@@ -24,7 +24,7 @@ from pipelines.common.parts import keep_ids, part_files, read_column
 from pipelines.common.run_identity import check_identity, config_identity, model_fingerprint, write_identity
 from pipelines.common.runtime import init_ray, use_gpu
 from pipelines.common.tokens import load_tokenizer, token_ids
-from pipelines.common.train_run import EVENTS, has_checkpoint, parts_fingerprint
+from pipelines.common.train_run import EVENTS, has_checkpoint, parts_fingerprint, torch_trainer
 from pipelines.common.train_run import read_events as read_run_events
 from pipelines.train_draft.config import TrainDraftConfig
 from pipelines.train_draft.export import export_draft
@@ -104,8 +104,6 @@ def run(cfg: TrainDraftConfig) -> dict:
     write_identity(run_dir, ident)
     init_ray(cfg.ray)
     import ray
-    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
-    from ray.train.torch import TorchTrainer
     from transformers import AutoConfig
 
     files = part_files(cfg.input)
@@ -150,9 +148,9 @@ def run(cfg: TrainDraftConfig) -> dict:
     if cfg.cache_data:
         train_ds = train_ds.materialize()
     gpu = use_gpu("auto") if cfg.use_gpu == "auto" else cfg.use_gpu
-    trainer = TorchTrainer(
+    trainer = torch_trainer(
         train_loop,
-        train_loop_config={
+        {
             "cfg": cfg.model_dump(mode="json"),
             "d2t": d2t.tolist(),
             "t2d": t2d.tolist(),
@@ -163,16 +161,9 @@ def run(cfg: TrainDraftConfig) -> dict:
             "events": str(events_path(cfg)),
             "init_draft": init_dir,
         },
-        scaling_config=ScalingConfig(
-            num_workers=cfg.num_workers, use_gpu=gpu, resources_per_worker=None if gpu else {"CPU": 1}
-        ),
-        datasets={"train": train_ds},
-        run_config=RunConfig(
-            name=cfg.run_name,
-            storage_path=cfg.storage_path,
-            checkpoint_config=CheckpointConfig(num_to_keep=cfg.num_to_keep),
-            failure_config=FailureConfig(max_failures=cfg.max_failures),
-        ),
+        cfg,
+        {"train": train_ds},
+        gpu,
     )
     result = trainer.fit()
     if result.checkpoint is None:

@@ -15,11 +15,10 @@ import os
 import shutil
 import tempfile
 import time
-from pathlib import Path
 
 import torch
 
-from pipelines.common.train_run import STATE, load_state
+from pipelines.common.train_run import STATE, load_state, start_worker
 from pipelines.common.train_run import event as _event
 from pipelines.common.train_run import say as _say
 from pipelines.train_draft.config import TrainDraftConfig
@@ -93,16 +92,7 @@ def train_loop(config: dict) -> None:
     from transformers import AutoModelForCausalLM
 
     cfg = TrainDraftConfig.model_validate(config["cfg"])
-    ctx = ray.train.get_context()
-    rank, world = ctx.get_world_rank(), ctx.get_world_size()
-    run_dir = config.get("run_dir")
-    if run_dir:  # lets an operator (or the failure test) find and kill a worker
-        Path(run_dir).mkdir(parents=True, exist_ok=True)
-        Path(run_dir, f"worker-{rank}.pid").write_text(str(os.getpid()))
-    device = ray.train.torch.get_device()
-    if device.type == "cpu":
-        torch.set_num_threads(cfg.threads_per_worker)
-    torch.manual_seed(cfg.seed)
+    rank, world, device = start_worker(config, cfg.threads_per_worker, cfg.seed)
 
     target = AutoModelForCausalLM.from_pretrained(cfg.target, dtype=getattr(torch, cfg.target_dtype))
     target.eval().to(device)

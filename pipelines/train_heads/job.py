@@ -25,7 +25,7 @@ from pipelines.common.parts import keep_ids, part_files, read_all
 from pipelines.common.publish import replace_dir, staging_dir
 from pipelines.common.run_identity import check_identity, config_identity, model_fingerprint, write_identity
 from pipelines.common.runtime import init_ray, use_gpu
-from pipelines.common.train_run import EVENTS, has_checkpoint, parts_fingerprint, read_events
+from pipelines.common.train_run import EVENTS, has_checkpoint, parts_fingerprint, read_events, torch_trainer
 from pipelines.train_heads.config import TrainHeadsConfig
 from pipelines.train_heads.loop import HEADS_SUBDIR, train_loop
 from specexit_core.longgen.heads import CONFIG_NAME, HeadsConfig
@@ -95,8 +95,6 @@ def run(cfg: TrainHeadsConfig) -> dict:
         raise SystemExit(f"train_heads: {len(train_ids)} usable traces for {cfg.num_workers} workers")
     init_ray(cfg.ray)
     import ray
-    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
-    from ray.train.torch import TorchTrainer
 
     ds = ray.data.read_parquet([str(f) for f in files], columns=["id", *TOKEN_COLUMNS])
     ds = ds.map_batches(keep_ids, fn_kwargs={"ids": train_ids}, batch_format="pyarrow", num_cpus=0.25)
@@ -106,19 +104,12 @@ def run(cfg: TrainHeadsConfig) -> dict:
     log.info("train_heads: %d usable traces (of %d); target %s frozen", len(train_ids), len(ids), cfg.target)
     events = run_dir / EVENTS
     gpu = use_gpu("auto") if cfg.use_gpu == "auto" else cfg.use_gpu
-    trainer = TorchTrainer(
+    trainer = torch_trainer(
         train_loop,
-        train_loop_config={"cfg": cfg.model_dump(mode="json"), "run_dir": str(run_dir), "events": str(events)},
-        scaling_config=ScalingConfig(
-            num_workers=cfg.num_workers, use_gpu=gpu, resources_per_worker=None if gpu else {"CPU": 1}
-        ),
-        datasets={"train": train_ds},
-        run_config=RunConfig(
-            name=cfg.run_name,
-            storage_path=cfg.storage_path,
-            checkpoint_config=CheckpointConfig(num_to_keep=cfg.num_to_keep),
-            failure_config=FailureConfig(max_failures=cfg.max_failures),
-        ),
+        {"cfg": cfg.model_dump(mode="json"), "run_dir": str(run_dir), "events": str(events)},
+        cfg,
+        {"train": train_ds},
+        gpu,
     )
     result = trainer.fit()
     if result.checkpoint is None:

@@ -17,11 +17,10 @@ import os
 import shutil
 import tempfile
 import time
-from pathlib import Path
 
 import torch
 
-from pipelines.common.train_run import STATE, event, load_state, say
+from pipelines.common.train_run import STATE, event, load_state, say, start_worker
 from pipelines.train_heads.batch import pick_positions, sequences
 from pipelines.train_heads.config import TrainHeadsConfig
 from specexit_core.longgen.heads import heads_for, save_heads
@@ -62,16 +61,7 @@ def train_loop(config: dict) -> None:
     from transformers import AutoModelForCausalLM
 
     cfg = TrainHeadsConfig.model_validate(config["cfg"])
-    ctx = ray.train.get_context()
-    rank, world = ctx.get_world_rank(), ctx.get_world_size()
-    run_dir = config.get("run_dir")
-    if run_dir:  # lets an operator (or a failure test) find and kill a worker
-        Path(run_dir).mkdir(parents=True, exist_ok=True)
-        Path(run_dir, f"worker-{rank}.pid").write_text(str(os.getpid()))
-    device = ray.train.torch.get_device()
-    if device.type == "cpu":
-        torch.set_num_threads(cfg.threads_per_worker)
-    torch.manual_seed(cfg.seed)
+    rank, world, device = start_worker(config, cfg.threads_per_worker, cfg.seed)
 
     model = AutoModelForCausalLM.from_pretrained(cfg.target, dtype=getattr(torch, cfg.target_dtype))
     target = frozen_target(model.to(device))
