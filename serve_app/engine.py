@@ -125,13 +125,25 @@ class SpecExitVLLMEngine(VLLMEngine):
         enabled = self._enabled(request)
         n = None if chat else max(int(getattr(request, "n", None) or 1), 1)
         stream = _StreamRewriter(self, want_ids, enabled, n)
-        async for item in method(request, raw_request_info):
-            if isinstance(item, str):
-                yield stream.rewrite(item)
-            elif hasattr(item, "choices") and hasattr(item, "usage"):
-                yield self._finish_response(item, want_ids, enabled, n)
-            else:
-                yield item  # ErrorResponse
+        try:
+            async for item in method(request, raw_request_info):
+                if isinstance(item, str):
+                    yield stream.rewrite(item)
+                elif hasattr(item, "choices") and hasattr(item, "usage"):
+                    yield self._finish_response(item, want_ids, enabled, n)
+                else:
+                    yield item  # ErrorResponse
+        except Exception as e:
+            if type(e).__name__ == "GenerationError" and _constrains_output(request):
+                # vLLM ends a request whose output grammar admits no token of the model's vocabulary
+                # (e.g. JSON for a model without a "{" token) as an internal error; it is the request's
+                # format, not the server, so the ingress answers 400 (ValueError) with this message.
+                raise ValueError(
+                    "the requested output format (response_format / structured_outputs) cannot be "
+                    "produced by this model: the engine ended the request when its grammar admitted no "
+                    "token of the model's vocabulary"
+                ) from e
+            raise
 
     def _count_request(self, raw_request_info) -> None:
         self._requests += 1
@@ -167,6 +179,14 @@ class SpecExitVLLMEngine(VLLMEngine):
             if chat and getattr(c.message, "reasoning", None) is not None:
                 c.message.reasoning_content = c.message.reasoning
         return resp
+
+
+def _constrains_output(request) -> bool:
+    """Whether the request constrains its output by a grammar (JSON, a schema, a regex, choices)."""
+    rf = getattr(request, "response_format", None)
+    if rf is not None and getattr(rf, "type", "text") != "text":
+        return True
+    return getattr(request, "structured_outputs", None) is not None
 
 
 class _StreamRewriter:
