@@ -46,10 +46,19 @@ def machine() -> str:
     )
 
 
+def command_line(argv: list[str], main_module: str | None) -> str:
+    """The command a user typed: `python -m MODULE ARGS` when the program ran as a module (its
+    argv[0] is then the module's file path), else the program's name and its arguments."""
+    if main_module:
+        return " ".join(["python -m " + main_module.removesuffix(".__main__"), *argv[1:]])
+    return " ".join([Path(argv[0]).name, *argv[1:]])
+
+
 def provenance(command: str | None = None) -> dict:
-    """{"command", "commit", "machine", "date"} of the current run (command: this process's argv)."""
+    """{"command", "commit", "machine", "date"} of the current run (command: this process's)."""
     if command is None:
-        command = " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])
+        spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+        command = command_line(sys.argv, spec.name if spec is not None else None)
     return {
         "command": command,
         "commit": _commit(),

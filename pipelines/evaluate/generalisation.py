@@ -127,7 +127,7 @@ def summarise(summaries: dict[str, dict]) -> dict:
     return {"in_distribution": IN_DISTRIBUTION if base is not None else None, "distributions": dists}
 
 
-def run_generalisation(cfg: GeneralisationConfig, command: str | None = None) -> dict:
+def run_generalisation(cfg: GeneralisationConfig) -> dict:
     """Every distribution's evaluation (resumed where done), then `<output>/generalisation.json`
     with the provenance docs/results/ keeps (command, commit, machine, date)."""
     from pipelines.common.provenance import provenance
@@ -140,7 +140,7 @@ def run_generalisation(cfg: GeneralisationConfig, command: str | None = None) ->
         summaries[name] = run_evaluation(ev)
         seconds[name] = round(time.time() - t, 1)
     out = {
-        **provenance(command),
+        **provenance(),
         **summarise(summaries),
         "shifts": list(cfg.shifts),
         "calibrated": cfg.eval.calibrated,
@@ -185,10 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     from pipelines.common.runtime import stop_ray_quietly
 
     try:
-        command = " ".join(
-            ["python -m pipelines.evaluate.generalisation", *(argv if argv is not None else sys.argv[1:])]
-        )
-        out = run_generalisation(cfg, command)
+        out = run_generalisation(cfg)
     except RunIdentityMismatch as e:
         print(str(e), file=sys.stderr)
         return 2

@@ -46,6 +46,7 @@ def test_one_evaluation_per_distribution_with_the_shifted_prompts(run):
     assert set(s["distributions"]) == {"in_distribution", "division"}, s
     assert s["shifts"] == ["division"] and s["temperature"] == 0.0
     assert all(s[k] for k in ("command", "commit", "machine", "date")), "the provenance docs/results/ keeps"
+    assert s["command"].startswith("python -m pipelines.evaluate.generalisation --config "), s["command"]
     assert s["specexit_exit"], "the calibrated exit under test is recorded"
     prompts = {}
     for name, d in s["distributions"].items():
