@@ -9,13 +9,14 @@ positive and multiplied by theta when negative; each token counts once, however 
 from __future__ import annotations
 
 import torch
+from pydantic import Field
 
 from specexit_core.typed_config import StrictModel
 
 
 class PenaltyConfig(StrictModel):
-    theta: float = 1.2  # TokenSwift's value; 1.0 disables the penalty
-    window: int = 1024  # W: only the last W tokens of the sequence (prompt included) are penalised
+    theta: float = Field(1.2, gt=0, le=100)  # TokenSwift's value; 1.0 disables the penalty
+    window: int = Field(1024, ge=0)  # W: only the last W tokens of the sequence (prompt included) are penalised
 
     @property
     def enabled(self) -> bool:
@@ -55,3 +56,10 @@ def tree_presence(seq: list[int], paths: list[list[int]], vocab: int, window: in
     if rows:
         out[torch.tensor(rows, device=device), torch.tensor(cols, device=device)] = True
     return out
+
+
+def chain_presence(seq: list[int], drafts: list[int], vocab: int, window: int, device=None) -> torch.Tensor:
+    """[len(drafts) + 1, V] bool: the windows of a speculative step's verification rows. Row j predicts the
+    token after `seq + drafts[:j]` (a chain is a tree whose node j's path is drafts[:j]), so it is
+    `tree_presence` with those paths: what plain decoding would penalise at that point."""
+    return tree_presence(seq, [list(drafts[:j]) for j in range(len(drafts) + 1)], vocab, window, device)

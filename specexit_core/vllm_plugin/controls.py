@@ -7,7 +7,8 @@ Offline: `SamplingParams(extra_args={"specexit": {"confidence_threshold": 0.9}})
 the OpenAI server answers 400 and the engine never sees them. At submission they are also checked
 against the defaults the worker merges them with (`engine_defaults`: the engine's SpecExit draft
 <- $SPECEXIT_EXIT_CONFIG), so e.g. a request budget below the server's `min_think_tokens` is a
-400, not an error inside the engine.
+400, not an error inside the engine. The long mode's controls (`long`, `long_*`: long_controls.py)
+are validated here too; a request asking for it on an engine without a SpecExit draft is a 400.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 from specexit_core.draft.config import read_specexit_fields
 from specexit_core.exit import EXIT_CONFIG_ENV, ExitConfig, resolve_exit_config
+from specexit_core.vllm_plugin.long_controls import LongConfig, request_long_config, wants_long
 
 PREFIX = "specexit_"
 KEY = "specexit"
@@ -95,6 +97,12 @@ def engine_defaults(vllm_config) -> ExitConfig | None:
     return server_defaults(read_specexit_fields(hf).exit_defaults if hf is not None else None)
 
 
+def _has_specexit_draft(vllm_config) -> bool:
+    from specexit_core.vllm_plugin.runner_choice import is_specexit_draft
+
+    return is_specexit_draft(getattr(vllm_config, "speculative_config", None))
+
+
 def install_request_validation() -> None:
     """Validate SpecExit controls in the front end: names and values when SamplingParams are built
     (against ExitConfig(): the same check in every process, since the engine core rebuilds the
@@ -113,6 +121,11 @@ def install_request_validation() -> None:
                 request_exit_config(extra_args, defaults)
             except ValueError as e:
                 raise VLLMValidationError(f"invalid SpecExit control: {e}", parameter="vllm_xargs") from None
+        if wants_long(extra_args):
+            try:
+                request_long_config(extra_args, LongConfig())
+            except ValueError as e:
+                raise VLLMValidationError(f"invalid long-mode control: {e}", parameter="vllm_xargs") from None
 
     orig_verify = SamplingParams._verify_args
 
@@ -131,6 +144,11 @@ def install_request_validation() -> None:
                 defaults = None  # a bad $SPECEXIT_EXIT_CONFIG: the engine reports it at start-up
             if defaults is not None:
                 _check(params.extra_args, defaults)
+            elif wants_long(params.extra_args) and not _has_specexit_draft(self.vllm_config):
+                raise VLLMValidationError(
+                    "the long mode needs an engine with a SpecExit draft (its runner hook); this engine has none",
+                    parameter="vllm_xargs",
+                )
         return out
 
     SamplingParams._verify_args = _verify_args

@@ -28,6 +28,11 @@ them on the device in `_prepare_inputs`). So the hook is the same with and witho
 The decision depends only on the committed tokens and their signals, never on how many drafts a
 step accepted. A request whose exit logic fails (bad settings, lost track of its tokens, non-finite
 signals) falls back to no exit, with a `fallbacks-<pid>.jsonl` event; the engine and the other requests go on.
+
+The same patch carries the long mode (long_mode.py: per-request n-gram reuse beside EAGLE-3 and the
+windowed contextual penalty): its penalty runs first in `sample_tokens` (so a forced `</think>`
+stays forced), its n-gram drafts replace EAGLE-3's rows after `propose_draft_token_ids`, and its
+per-request telemetry is written from `_update_states` when the scheduler reports a request finished.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ from specexit_core.exit.batch_tracker import ERROR, BatchTrackers, ScanEvent
 from specexit_core.signals import activate
 from specexit_core.vllm_plugin.committed_rows import CommittedRows, Stream
 from specexit_core.vllm_plugin.controls import request_exit_config, server_defaults
+from specexit_core.vllm_plugin.long_mode import LongModeState
 from specexit_core.vllm_plugin.metrics import SpecExitMetrics
 from specexit_core.vllm_plugin.telemetry import EXITS, FALLBACKS, TELEMETRY_DIR_ENV, EventWriter
 
@@ -340,6 +346,8 @@ def install_runner_hook() -> None:
     if getattr(cls, "_specexit_patched", False):
         return
     orig = cls.sample_tokens
+    orig_propose = cls.propose_draft_token_ids
+    orig_update = cls._update_states
 
     def sample_tokens(self, grammar_output):
         st = getattr(self, "_specexit", None)
@@ -348,6 +356,14 @@ def install_runner_hook() -> None:
             model = _drafter_model(self)
             if model is not None:
                 st = self._specexit = SpecExitRunnerState(self, model)
+                self._specexit_long = LongModeState(self)
+        long_mode = getattr(self, "_specexit_long", None)
+        if long_mode is not None and self.execute_model_state is not None:
+            try:  # first: the penalty rewrites whole rows; SpecExit's `</think>` forcing then holds
+                long_mode.before_sample(self, self.execute_model_state)
+            except Exception:  # noqa: BLE001 -- never take the engine down
+                long_mode.counters["hook_errors"] += 1
+                log.exception("specexit: long-mode hook failed for a whole step; sampling without it")
         if st is not None and self.execute_model_state is not None:
             try:
                 st.before_sample(self, self.execute_model_state)
@@ -356,7 +372,30 @@ def install_runner_hook() -> None:
                 log.exception("specexit: exit hook failed for a whole step; sampling without it")
         return orig(self, grammar_output)
 
+    def propose_draft_token_ids(self, scheduler_output, sampled_token_ids, *args, **kwargs):
+        drafts = orig_propose(self, scheduler_output, sampled_token_ids, *args, **kwargs)
+        long_mode = getattr(self, "_specexit_long", None)
+        if long_mode is not None:
+            try:
+                drafts = long_mode.after_propose(self, sampled_token_ids, drafts)
+            except Exception:  # noqa: BLE001 -- EAGLE-3's drafts stay
+                long_mode.counters["hook_errors"] += 1
+                log.exception("specexit: n-gram reuse failed for a whole step; EAGLE-3 drafts kept")
+        return drafts
+
+    def _update_states(self, scheduler_output):
+        long_mode = getattr(self, "_specexit_long", None)
+        if long_mode is not None and scheduler_output.finished_req_ids:
+            try:
+                long_mode.finish(scheduler_output.finished_req_ids)
+            except Exception:  # noqa: BLE001
+                long_mode.counters["hook_errors"] += 1
+                log.exception("specexit: long-mode telemetry failed")
+        return orig_update(self, scheduler_output)
+
     cls.sample_tokens = sample_tokens
+    cls.propose_draft_token_ids = propose_draft_token_ids
+    cls._update_states = _update_states
     cls._specexit_patched = True
 
     # worker methods for `collective_rpc("specexit_counters")` (strings: no pickled functions needed)
@@ -374,6 +413,11 @@ def live_request_ids(worker) -> list[str]:
 
 def runner_counters(worker) -> dict:
     """For `collective_rpc`: this worker's SpecExit counters (requests, exits, steps, fallbacks,
-    hook_errors, telemetry_errors)."""
+    hook_errors, telemetry_errors) and the long mode's, prefixed `long_` (requests, n-gram / EAGLE-3
+    drafted and accepted tokens, penalised_rows, fallbacks, hook_errors)."""
     st = getattr(worker.model_runner, "_specexit", None)
-    return dict(st.counters) if st is not None else {}
+    out = dict(st.counters) if st is not None else {}
+    long_mode = getattr(worker.model_runner, "_specexit_long", None)
+    if long_mode is not None:
+        out.update({f"long_{k}": v for k, v in long_mode.counters.items()})
+    return out

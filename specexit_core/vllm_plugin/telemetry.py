@@ -5,7 +5,10 @@ worker to the client, so the hook appends one JSON line per realised exit to
 `$SPECEXIT_TELEMETRY_DIR/exits-<pid>.jsonl` (keyed by vLLM's internal request id, which is the
 client's id plus a random suffix). A request whose exit logic failed inside the worker runs on
 without an exit and gets one line in `fallbacks-<pid>.jsonl` ({req_id, time, fallback: reason});
-a separate file, so readers of `exits-*.jsonl` never mistake it for an exit.
+a separate file, so readers of `exits-*.jsonl` never mistake it for an exit. A finished request
+that ran in the long mode gets one line in `long-<pid>.jsonl` (its n-gram / EAGLE-3 draft and
+acceptance counts and its penalty, long_mode.py), written when the worker learns it finished, i.e.
+at the engine's next step, just after the request's last output left the engine.
 `request_telemetry` joins those events with a RequestOutput.
 
 Writing is best effort: the writer runs inside the model runner, so a full disk or an unwritable
@@ -25,6 +28,7 @@ log = logging.getLogger("specexit.vllm")
 TELEMETRY_DIR_ENV = "SPECEXIT_TELEMETRY_DIR"
 EXITS = "exits"
 FALLBACKS = "fallbacks"
+LONG = "long"
 
 
 class EventWriter:
@@ -69,6 +73,10 @@ def read_exit_events(directory: str | Path) -> dict[str, dict]:
 
 def read_fallback_events(directory: str | Path) -> dict[str, dict]:
     return _read_events(directory, FALLBACKS)
+
+
+def read_long_events(directory: str | Path) -> dict[str, dict]:
+    return _read_events(directory, LONG)
 
 
 def _external_id(internal_id: str) -> str:
