@@ -27,6 +27,7 @@ from serve_app.routing import ROUTER_PATH
 from serve_app.server import SpecExitLLMServer
 from specexit_core.exit import EXIT_CONFIG_ENV
 from specexit_core.vllm_env import cpu_engine_env
+from specexit_core.vllm_plugin.long_controls import LONG_DEFAULTS_ENV
 from specexit_core.vllm_plugin.telemetry import TELEMETRY_DIR_ENV
 
 
@@ -80,6 +81,8 @@ def llm_config(a: AppArgs) -> LLMConfig:
         env[EXIT_CONFIG_ENV] = json.dumps(a.specexit.exit_defaults)
     if a.specexit.telemetry_dir:
         env[TELEMETRY_DIR_ENV] = a.specexit.telemetry_dir
+    if a.specexit.long_defaults:
+        env[LONG_DEFAULTS_ENV] = json.dumps(a.specexit.long_defaults)
     autoscaling = a.autoscaling.model_dump(exclude_none=True)
     deployment = {
         "autoscaling_config": autoscaling,

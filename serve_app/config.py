@@ -13,6 +13,8 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from specexit_core.exit import ExitConfig
 from specexit_core.typed_config import StrictModel, load_config, resolve_model
+from specexit_core.vllm_plugin.long_controls import KEY as LONG_KEY
+from specexit_core.vllm_plugin.long_controls import LongConfig, request_long_config
 
 # Beyond the request deadline, a stopping replica waits this long more: a request admitted at the
 # last moment still gets its whole deadline, plus time to send its answer.
@@ -97,11 +99,24 @@ class SpecExitArgs(ServeArgs):
     telemetry_dir: str | None = Field(
         None, description="where the engine logs exit events (default: a per-replica temp folder)"
     )
+    long_defaults: dict[str, Any] = Field(
+        default_factory=dict,
+        description="the long mode on by default, with these LongConfig fields (nested like the `long` "
+        "request control: ngram, ngram_min, ngram_max, penalty {theta, window}); requests override them, "
+        "`long: 0` turns it off. Empty: off unless a request asks (docs/longgen.md)",
+    )
 
     @field_validator("exit_defaults")
     @classmethod
     def _valid_exit(cls, v: dict) -> dict:
         ExitConfig().with_overrides(v)  # raises on unknown keys and bad values, naming them
+        return v
+
+    @field_validator("long_defaults")
+    @classmethod
+    def _valid_long(cls, v: dict) -> dict:
+        if v:
+            request_long_config({LONG_KEY: v}, LongConfig())  # raises on unknown keys and bad values
         return v
 
 
@@ -236,6 +251,12 @@ class AppArgs(ServeArgs):
         0.0, ge=0, description="logical CPUs for the replica actor itself (the engine ranks get one bundle each)"
     )
     ingress_num_cpus: float = Field(0.0, ge=0)
+
+    @model_validator(mode="after")
+    def _long_needs_a_draft(self):
+        if self.specexit.long_defaults and not self.model.draft:
+            raise ValueError("specexit.long_defaults needs model.draft (the long mode runs beside the EAGLE-3 draft)")
+        return self
 
     @model_validator(mode="after")
     def _limits_fit(self):

@@ -7,6 +7,9 @@ vLLM's own serving layer; this class only post-processes what it returns:
 * `reasoning_content` next to vLLM 0.32's `reasoning`, for clients written against the older name;
 * counts the engine aborts (a client that disconnects must abort its request in the engine);
 * `usage.specexit.fallback`: why the worker ran a request without SpecExit (from `fallbacks-*.jsonl`);
+* `usage.specexit.long`: a long-mode request's n-gram / EAGLE-3 drafts and acceptance and its
+  penalty (from `long-*.jsonl`, written at the engine step after the request finished: waited for
+  up to LONG_EVENT_WAIT_S);
 * counts the requests that reach it, and those that still carry an `Authorization` header (the
   ingress strips it after the key check, serve_app/auth.py: this count must stay 0);
 * counts prefix-cache lookups and hits and preemptions, also as Ray metrics (serve_app/cache_metrics.py).
@@ -14,9 +17,11 @@ vLLM's own serving layer; this class only post-processes what it returns:
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
+import time
 from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any
@@ -29,9 +34,13 @@ from serve_app.replica import replica_tag
 from serve_app.telemetry import ExitEventIndex, choice_telemetry, usage_block
 from specexit_core.draft.config import SpecExitFields, read_specexit_fields
 from specexit_core.vllm_plugin.controls import request_exit_config, server_defaults
+from specexit_core.vllm_plugin.long_controls import request_long_config, server_long_defaults
 from specexit_core.vllm_plugin.telemetry import TELEMETRY_DIR_ENV
 
 log = logging.getLogger("specexit.serve.engine")
+# How long a long-mode response waits for its worker event (written one engine step after the request
+# finished; an idle engine runs that step at once). Past it the response goes out with `long: null`.
+LONG_EVENT_WAIT_S = 2.0
 
 
 def _draft_specexit_fields(engine_kwargs: dict) -> SpecExitFields | None:
@@ -52,6 +61,7 @@ class SpecExitVLLMEngine(VLLMEngine):
         block = _draft_specexit_fields(kwargs)
         self._specexit_active = block is not None
         self._exit_defaults = server_defaults(block.exit_defaults) if block else None
+        self._long_defaults = server_long_defaults() if block else None
         self._think_end_id = int(block.token_ids["think_end"]) if block else self._tokenizer_think_end()
         tdir = os.environ.get(TELEMETRY_DIR_ENV)
         self._events = ExitEventIndex(tdir) if (tdir and block) else None
@@ -110,6 +120,26 @@ class SpecExitVLLMEngine(VLLMEngine):
         except ValueError:
             return False  # vLLM answers 400 for it anyway
 
+    def _long_enabled(self, request) -> bool:
+        if not self._specexit_active:
+            return False
+        try:
+            return request_long_config(getattr(request, "vllm_xargs", None), self._long_defaults).active
+        except ValueError:
+            return False  # vLLM answers 400 for it anyway
+
+    async def _wait_long(self, response_id: str, choices, n: int | None) -> None:
+        """Until the long-mode events of these choices are in (or LONG_EVENT_WAIT_S passed)."""
+        if self._events is None:
+            return
+        keys = [_choice_key(response_id, c, n) for c in choices]
+        deadline = time.monotonic() + LONG_EVENT_WAIT_S
+        while not all(self._events.has_long(*k) for k in keys):
+            if time.monotonic() > deadline:
+                log.warning("long-mode telemetry of %s not in after %.1f s", response_id, LONG_EVENT_WAIT_S)
+                return
+            await asyncio.sleep(0.01)
+
     async def chat(self, request, raw_request_info=None) -> AsyncGenerator[Any, None]:
         async for item in self._with_telemetry(super().chat, request, raw_request_info, chat=True):
             yield item
@@ -123,13 +153,18 @@ class SpecExitVLLMEngine(VLLMEngine):
         want_ids = bool(getattr(request, "return_token_ids", False))
         request.return_token_ids = True  # think tokens are counted on ids, not re-tokenized text
         enabled = self._enabled(request)
+        long_on = self._long_enabled(request)
         n = None if chat else max(int(getattr(request, "n", None) or 1), 1)
         stream = _StreamRewriter(self, want_ids, enabled, n)
         try:
             async for item in method(request, raw_request_info):
                 if isinstance(item, str):
+                    if long_on and stream.response_id and _final_usage_chunk(item):
+                        await self._wait_long(stream.response_id, sorted(stream.ids), n)
                     yield stream.rewrite(item)
                 elif hasattr(item, "choices") and hasattr(item, "usage"):
+                    if long_on and item.usage is not None:
+                        await self._wait_long(item.id, [c.index for c in item.choices], n)
                     yield self._finish_response(item, want_ids, enabled, n)
                 else:
                     yield item  # ErrorResponse
@@ -154,14 +189,14 @@ class SpecExitVLLMEngine(VLLMEngine):
     def _telemetry(
         self, response_id: str, token_ids_by_choice: dict[int, list[int]], enabled: bool, n: int | None
     ) -> dict:
-        """n=None: chat (engine ids `<response id>`); else completions, where vLLM ids each prompt
-        `<response id>-<prompt>` and choice c is sample c % n of prompt c // n."""
+        """One response's `usage.specexit` (`_choice_key`: how choices map to engine request ids)."""
         choices = []
         for i in sorted(token_ids_by_choice):
-            key = (response_id, i) if n is None else (f"{response_id}-{i // n}", i % n)
+            key = _choice_key(response_id, i, n)
             ev = self._events.pop(*key) if self._events is not None else None
             fb = self._events.pop_fallback(*key) if self._events is not None else None
-            choices.append(choice_telemetry(token_ids_by_choice[i], self._think_end_id, ev, fb))
+            lg = self._events.pop_long(*key) if self._events is not None else None
+            choices.append(choice_telemetry(token_ids_by_choice[i], self._think_end_id, ev, fb, lg))
         return usage_block(enabled, choices or [choice_telemetry([], self._think_end_id, None)])
 
     def _finish_response(self, resp, want_ids: bool, enabled: bool, n: int | None):
@@ -179,6 +214,18 @@ class SpecExitVLLMEngine(VLLMEngine):
             if chat and getattr(c.message, "reasoning", None) is not None:
                 c.message.reasoning_content = c.message.reasoning
         return resp
+
+
+def _choice_key(response_id: str, choice: int, n: int | None) -> tuple[str, int]:
+    """The event key of one choice. n=None: chat (engine ids `<response id>`); else completions, where
+    vLLM ids each prompt `<response id>-<prompt>` and choice c is sample c % n of prompt c // n."""
+    return (response_id, choice) if n is None else (f"{response_id}-{choice // n}", choice % n)
+
+
+def _final_usage_chunk(text: str) -> bool:
+    """Whether an SSE string holds the stream's final usage chunk (no choices, a usage object)."""
+    compact = text.replace(" ", "")
+    return '"choices":[]' in compact and '"usage":{' in compact
 
 
 def _constrains_output(request) -> bool:
@@ -199,6 +246,7 @@ class _StreamRewriter:
     def __init__(self, engine: SpecExitVLLMEngine, want_ids: bool, enabled: bool, n: int | None):
         self.engine, self.want_ids, self.enabled, self.n, self.chat = engine, want_ids, enabled, n, n is None
         self.ids: dict[int, list[int]] = {}
+        self.response_id: str | None = None
 
     def rewrite(self, text: str) -> str:
         out = []
@@ -212,6 +260,7 @@ class _StreamRewriter:
             if "choices" not in obj:  # an error event
                 out.append(event)
                 continue
+            self.response_id = obj.get("id", self.response_id)
             if not self.want_ids:
                 obj.pop("prompt_token_ids", None)
             for c in obj["choices"]:

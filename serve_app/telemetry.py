@@ -17,7 +17,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-from specexit_core.vllm_plugin.telemetry import EXITS, FALLBACKS
+from specexit_core.vllm_plugin.telemetry import EXITS, FALLBACKS, LONG
 
 _CHILD = re.compile(r"^(\d+)_(.*)$")
 
@@ -44,6 +44,7 @@ class ExitEventIndex:
         self._offsets: dict[Path, int] = {}
         self._events: OrderedDict[tuple[str, int], dict] = OrderedDict()
         self._fallbacks: OrderedDict[tuple[str, int], dict] = OrderedDict()
+        self._long: OrderedDict[tuple[str, int], dict] = OrderedDict()
         self.malformed_lines = 0  # torn / foreign lines skipped (telemetry is never fatal)
 
     def _refresh(self) -> None:
@@ -53,7 +54,7 @@ class ExitEventIndex:
             names = sorted(os.listdir(self.dir))
         except FileNotFoundError:
             return
-        for kind, store in ((EXITS, self._events), (FALLBACKS, self._fallbacks)):
+        for kind, store in ((EXITS, self._events), (FALLBACKS, self._fallbacks), (LONG, self._long)):
             files = [self.dir / n for n in names if n.startswith(f"{kind}-") and n.endswith(".jsonl")]
             self._read_new(files, store)
 
@@ -94,13 +95,31 @@ class ExitEventIndex:
         ev = self._fallbacks.pop((response_id, choice), None)
         return str(ev.get("fallback") or "unknown") if ev is not None else None
 
+    def has_long(self, response_id: str, choice: int = 0) -> bool:
+        """Whether the long-mode event of one choice is there (reads new lines when it is not yet)."""
+        key = (response_id, choice)
+        if key not in self._long:
+            self._refresh()
+        return key in self._long
+
+    def pop_long(self, response_id: str, choice: int = 0) -> dict | None:
+        """The long-mode counts of one choice (consumed; call after `has_long` or `pop`), or None."""
+        ev = self._long.pop((response_id, choice), None)
+        return {k: v for k, v in ev.items() if k not in ("req_id", "time")} if ev is not None else None
+
 
 def choice_telemetry(
-    token_ids: list[int], think_end_id: int | None, event: dict | None, fallback: str | None = None
+    token_ids: list[int],
+    think_end_id: int | None,
+    event: dict | None,
+    fallback: str | None = None,
+    long: dict | None = None,
 ) -> dict:
     """One choice's fields. think_tokens: generated tokens before the first `</think>` (all of them
     when it never came); with an exit, the tokens up to and including the split token. fallback: why
-    the worker ran this choice without SpecExit (its settings or the hook failed), else None."""
+    the worker ran this choice without SpecExit (its settings or the hook failed), else None. long:
+    the long mode's counts ({config, steps, ngram_/eagle_ steps, drafted_tokens, accepted_tokens,
+    penalised_rows, fallback}), None for a request without it."""
     ids = list(token_ids or [])
     think = ids.index(think_end_id) if think_end_id is not None and think_end_id in ids else len(ids)
     smoothed = (event or {}).get("smoothed") or None
@@ -113,7 +132,23 @@ def choice_telemetry(
         "saved_tokens_estimate": int(round(remaining)) if remaining is not None else None,
         "signals": smoothed,
         "fallback": fallback,
+        "long": long,
     }
+
+
+def long_block(choices: list[dict]) -> dict | None:
+    """`usage.specexit.long`: the counts summed over the choices that ran in the long mode, with the
+    first one's config and fallback (n = 1: exactly that choice's)."""
+    longs = [c["long"] for c in choices if c.get("long")]
+    if not longs:
+        return None
+    out = dict(longs[0])
+    for other in longs[1:]:
+        for k, v in other.items():
+            if isinstance(v, int) and not isinstance(v, bool):
+                out[k] = out.get(k, 0) + v
+    out["fallback"] = next((x["fallback"] for x in longs if x.get("fallback")), None)
+    return out
 
 
 def usage_block(enabled: bool, choices: list[dict]) -> dict:
@@ -132,6 +167,7 @@ def usage_block(enabled: bool, choices: list[dict]) -> dict:
         ),
         "signals": choices[0]["signals"] if len(choices) == 1 else None,
         "fallback": next((c["fallback"] for c in choices if c.get("fallback")), None),
+        "long": long_block(choices),
     }
     if len(choices) > 1:
         out["choices"] = choices

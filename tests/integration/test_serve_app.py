@@ -191,6 +191,23 @@ def test_specexit_controls_change_the_output(client):
     assert off.choices[0].message.model_extra["reasoning"].startswith(on.choices[0].message.model_extra["reasoning"])
 
 
+def test_long_mode_usage_through_serve(client):
+    """The long mode per request (n-gram reuse + penalty) and its counts in `usage.specexit.long`, also
+    on the final chunk of a stream; a request without it reports `long: null`."""
+    xargs = {"specexit_enabled": 0, "long": 1, "long_penalty_theta": 1.2, "long_penalty_window": 64}
+    body = {"max_tokens": 200, "extra_body": {"ignore_eos": True}}
+    resp = chat(client, xargs, **body)
+    lg = specexit_usage(resp)["long"]
+    assert lg["config"]["ngram"] and lg["config"]["penalty"] == {"theta": 1.2, "window": 64}
+    assert lg["steps"] > 0 and lg["penalised_rows"] >= 200 and lg["fallback"] is None
+    assert lg["ngram_drafted_tokens"] + lg["eagle_drafted_tokens"] == 3 * lg["steps"]
+    assert lg["ngram_accepted_tokens"] + lg["eagle_accepted_tokens"] > 0
+    stream = chat(client, xargs, stream=True, stream_options={"include_usage": True}, **body)
+    last = list(stream)[-1]
+    assert last.usage.model_extra["specexit"]["long"] == lg  # greedy: the same run, the same counts
+    assert specexit_usage(chat(client, {"specexit_enabled": 0}, max_tokens=20))["long"] is None
+
+
 # -- bad input: 4xx with a clear message, and the server keeps serving ----------------------------------
 
 
@@ -210,6 +227,7 @@ def test_specexit_controls_change_the_output(client):
         ({**GOOD, "vllm_xargs": {"specexit_confidence_threshold": 3}}, 400, "confidence_threshold"),
         ({**GOOD, "vllm_xargs": {"specexit_nope": 1}}, 400, "unknown SpecExit control"),
         ({**GOOD, "vllm_xargs": {"specexit_enabled": "perhaps"}}, 400, "boolean"),
+        ({**GOOD, "vllm_xargs": {"long_penalty_theta": -1}}, 400, "theta"),
         ({**GOOD, "messages": [{"author": {"role": "user"}, "content": [], "!": []}]}, 400, "no 'role'"),
         ({**GOOD, "max_tokens": 300, "response_format": {"type": "json_object"}}, 400, "output format"),
     ],
@@ -227,6 +245,7 @@ def test_specexit_controls_change_the_output(client):
         "specexit-threshold",
         "specexit-unknown",
         "specexit-enabled",
+        "long-penalty-theta",
         "harmony-message",  # found by the fuzzer: no role, KeyError in the replica (500) before the fix
         # found by the fuzzer: the toy's vocabulary has no "{", so a JSON grammar admits no token and vLLM
         # ends the request as an internal error (500 before the fix)

@@ -201,3 +201,61 @@ def test_runner_state_penalises_rows_and_counts_acceptance(monkeypatch):
     lm.finish(["a", "b"])
     assert events[0][0] == "long" and events[0][1]["ngram_accepted_tokens"] == 2 and events[0][1]["fallback"]
     assert "a" not in lm.reqs
+
+
+# -- the Serve `long` profile ---------------------------------------------------------------------
+def test_long_profile_is_gpu_tp2_plus_long_defaults_the_engine_reads(monkeypatch):
+    import yaml
+
+    from serve_app.app import llm_config
+    from serve_app.config import load_args
+    from support.paths import REPO_ROOT
+
+    path = REPO_ROOT / "serve_app/profiles/long.yaml"
+    cfg = yaml.safe_load(path.read_text())
+    cfg["applications"][0]["args"]["specexit"].pop("long_defaults")
+    assert cfg == yaml.safe_load((REPO_ROOT / "serve_app/gpu_tp2.yaml").read_text())  # only the long mode differs
+    args = load_args(yaml.safe_load(path.read_text())["applications"][0]["args"])
+    env = llm_config(args).runtime_env["env_vars"]  # what the engine replica and its workers get
+    monkeypatch.setenv(LONG_DEFAULTS_ENV, env[LONG_DEFAULTS_ENV])
+    d = server_long_defaults()
+    assert d.active and d.ngram and d.penalty == PenaltyConfig(theta=1.2, window=1024)
+    assert not request_long_config({"long": 0}, d).active
+
+
+def test_bad_long_defaults_fail_when_the_app_is_built():
+    from serve_app.config import load_args
+    from specexit_core.typed_config import ConfigError
+
+    model = {"id": "m", "source": "toy:teacher", "draft": "toy:draft", "accelerator": "cpu"}
+    assert load_args({"model": model, "specexit": {"long_defaults": {"ngram": True}}}).specexit.long_defaults
+    with pytest.raises(ConfigError, match="ngram_mim"):
+        load_args({"model": model, "specexit": {"long_defaults": {"ngram_mim": 2}}})
+    with pytest.raises(ConfigError, match="needs model.draft"):
+        load_args({"model": {**model, "draft": None}, "specexit": {"long_defaults": {"ngram": True}}})
+
+
+# -- `usage.specexit.long` in the Serve replica ------------------------------------------------------
+def test_long_events_reach_usage(tmp_path):
+    import json
+
+    from serve_app.engine import _final_usage_chunk
+    from serve_app.telemetry import ExitEventIndex, choice_telemetry, usage_block
+
+    idx = ExitEventIndex(tmp_path)
+    assert not idx.has_long("chatcmpl-a")
+    ev = {"config": {"ngram": True}, "steps": 4, "ngram_drafted_tokens": 6, "eagle_drafted_tokens": 6, "fallback": None}
+    (tmp_path / "long-7.jsonl").write_text(json.dumps({"req_id": "chatcmpl-a-12345678", "time": 1.0, **ev}) + "\n")
+    assert idx.has_long("chatcmpl-a") and idx.pop_long("chatcmpl-a") == ev and idx.pop_long("chatcmpl-a") is None
+    one = usage_block(True, [choice_telemetry([1], 269, None, None, ev)])
+    assert one["long"] == ev
+    two = usage_block(True, [choice_telemetry([1], 269, None, None, ev), choice_telemetry([1], 269, None, None, ev)])
+    assert (
+        two["long"]["steps"] == 8
+        and two["long"]["ngram_drafted_tokens"] == 12
+        and two["long"]["config"] == ev["config"]
+    )
+    assert usage_block(True, [choice_telemetry([1], 269, None)])["long"] is None
+    assert _final_usage_chunk('data: {"id":"c","choices":[],"usage":{"completion_tokens":4}}\n\n')
+    assert not _final_usage_chunk('data: {"id":"c","choices":[{"index":0}],"usage":{"completion_tokens":4}}\n\n')
+    assert not _final_usage_chunk('data: {"id":"c","choices":[],"usage":null}\n\n')

@@ -220,6 +220,7 @@ def test_exit_event_index_reads_incrementally(tmp_path):
         "saved_tokens_estimate": 34,
         "signals": ev["smoothed"],
         "fallback": None,
+        "long": None,
     }
     u = usage_block(True, [c, choice_telemetry([1, 2], 269, None)])
     assert u["think_tokens"] == 5 and u["exited"] and len(u["choices"]) == 2 and u["exit_index"] is None
