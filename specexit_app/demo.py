@@ -104,6 +104,7 @@ class Stages:
             "chosen_replay": c["chosen_replay"],
             "confirmed": c.get("confirmed"),
             "at_grid_edge": c.get("at_grid_edge"),
+            "peers": out.get("peers"),  # DEER / Dynasor / budget settings chosen on the same dev split
         }
 
     def serve(self) -> dict:
@@ -123,11 +124,12 @@ class Stages:
         from pipelines.report.job import write_report
 
         raw = read_yaml(self.cfg.evaluate)
-        # the draft's exit_defaults are the calibrated setting (stage 4), so `specexit` = calibrated
+        # the draft's exit_defaults are the calibrated setting (stage 4), so `specexit` = calibrated;
+        # the calibrated file also sets the peers (DEER, Dynasor, budget) as chosen on the dev split
         raw.update(
             draft=self.draft,
             temperatures=self.cfg.temperatures,
-            calibrated=None,
+            calibrated=str(self.wd / "calibrated.json"),
             specexit_exit=None,
             methods=list(SUMMARY_METHODS),
         )
@@ -180,6 +182,7 @@ def run_demo(cfg: DemoConfig, *, fresh: bool = False) -> dict:
         "budget_best": {
             t: d["methods"].get("budget", {}).get("setting") for t, d in evaluation["by_temperature"].items()
         },
+        "peer_settings": evaluation.get("peer_settings"),
         "targets": evaluation["targets"],
         "report": evaluation["report"],
         "stages": done,
@@ -196,7 +199,7 @@ def _brief(name: str, res: dict) -> dict:
         "traces": ("input_rows", "ok", "errors", "rows_per_s"),
         "labels": ("input_rows", "ok", "errors"),
         "train_draft": ("step", "loss", "resumed_from_steps"),
-        "calibrate": ("exit", "at_grid_edge"),
+        "calibrate": ("exit", "at_grid_edge", "peers"),
         "serve": ("requests", "reasoning_separated", "think_tokens_off", "think_tokens_on", "exits"),
         "evaluate": ("n", "ok", "errors", "complete"),
     }[name]

@@ -3,10 +3,22 @@ exit-setting grid, and the `EvalConfig` of the dev-split run it replays and conf
 
 from __future__ import annotations
 
-from pydantic import Field
+import math
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
 
 from pipelines.evaluate.config import EvalConfig
-from specexit_core.typed_config import StrictModel, resolve_path
+from specexit_core.typed_config import StrictModel, read_yaml, resolve_path
+
+
+def _find_recipe(p: str) -> Path:
+    """The recipe as given (absolute, or against the config base dir), else in this checkout."""
+    for cand in (Path(resolve_path(p)), Path(__file__).resolve().parents[2] / p):
+        if cand.exists():
+            return cand
+    raise ValueError(f"eval_recipe {p!r} not found")
 
 
 class CalibrateConfig(StrictModel):
@@ -14,8 +26,15 @@ class CalibrateConfig(StrictModel):
     fewest think tokens with accuracy >= eagle3 - tolerance, confirm it with the real engine."""
 
     output: str  # the calibrated JSON ({"exit": {...}, "calibration": {...}}) for SPECEXIT_EXIT_CONFIG
+    # An evaluation recipe (EvalConfig YAML) whose keys fill what `eval` leaves out: the engine, the
+    # draft and the peers' probe texts then have one home (the evaluation's); `eval`'s keys win.
+    eval_recipe: str | None = None
     eval: EvalConfig  # the dev split run (its `methods` / `temperatures` are set by the calibrator)
     tolerance: float = Field(0.01, ge=0)  # accuracy (fraction) allowed below eagle3
+    # The exit must hold at each of these (accuracy >= eagle3's - tolerance on the dev split): greedy
+    # first (the headline replay; the peers are replayed on the greedy traces), then e.g. the serving
+    # temperature, replayed on sampled EAGLE-3 traces with the evaluation's per-problem seeds.
+    temperatures: list[float] = Field(default_factory=lambda: [0.0])
     methods: list[str] = Field(
         default_factory=lambda: [
             "confidence",
@@ -34,8 +53,51 @@ class CalibrateConfig(StrictModel):
     progress_thresholds: list[float] = Field(default_factory=lambda: [0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.9])
     remaining_thresholds: list[float] = Field(default_factory=lambda: [5, 10, 20, 40, 80, 200, 1000])
     alphas: list[float] = Field(default_factory=lambda: [0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0])
+    # The peers, chosen on the same dev traces by the same rule (pipelines/calibrate/peers.py); the
+    # chosen settings go into the output's "peers", which the evaluation uses (`calibrated:`).
+    peers: bool = True
+    deer_thresholds: list[float] = Field(
+        default_factory=lambda: [0.3, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.98, 0.99, 0.999]
+    )
+    deer_means: list[Literal["arithmetic", "geometric"]] = Field(default_factory=lambda: ["arithmetic", "geometric"])
+    dynasor_every: list[int] = Field(default_factory=lambda: [1, 2, 4, 8, 16, 32])  # probe interval (tokens)
+    dynasor_windows: list[int] = Field(default_factory=lambda: [2, 3, 4, 5, 6, 8])  # answers that must agree
+    budgets: list[int] = Field(default_factory=lambda: [8, 16, 24, 32, 48, 64, 80, 96, 128, 160, 256])
     confirm: bool = True  # run the chosen setting with the real engine on the dev split
     write_draft_defaults: bool = False  # also store it as the draft's config.json specexit.exit_defaults
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_from_recipe(cls, data: Any):
+        if isinstance(data, dict) and data.get("eval_recipe") and isinstance(data.get("eval") or {}, dict):
+            recipe = read_yaml(_find_recipe(str(data["eval_recipe"])))
+            data = {**data, "eval": {**recipe, **(data.get("eval") or {})}}
+        return data
+
+    @field_validator("temperatures")
+    @classmethod
+    def _greedy_first(cls, v):
+        if not v or v[0] != 0.0 or any(t < 0 for t in v) or len(set(v)) != len(v):
+            raise ValueError(f"temperatures must start with 0.0 and be distinct and >= 0, got {v}")
+        return v
+
+    @field_validator("deer_thresholds", "dynasor_every", "dynasor_windows", "budgets")
+    @classmethod
+    def _non_empty_positive(cls, v):
+        if not v or any(x <= 0 for x in v):
+            raise ValueError(f"must be a non-empty list of positive numbers, got {v}")
+        return v
+
+    @field_validator("dynasor_windows")
+    @classmethod
+    def _windows(cls, v):
+        if any(w < 2 for w in v):
+            raise ValueError(f"Dynasor windows must be >= 2 (answers that agree), got {v}")
+        return v
+
+    def probe_stride(self) -> int:
+        """Dynasor candidates are probed every gcd(intervals) think tokens: every interval is replayable."""
+        return math.gcd(*self.dynasor_every)
 
     def resolve_paths(self) -> CalibrateConfig:
         self.output = resolve_path(self.output)

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 from pipelines.calibrate.config import CalibrateConfig
+from pipelines.calibrate.peers import calibrate_budget, calibrate_deer, calibrate_dynasor
 from pipelines.common.parts import read_all
 from pipelines.common.runtime import stop_ray_quietly
 from pipelines.evaluate.rules import best_setting
@@ -66,8 +67,8 @@ def grid_edges(cfg: CalibrateConfig, chosen: ExitConfig) -> list[str]:
     return out
 
 
-def load_traces(eval_dir: str) -> list[dict]:
-    """Greedy eagle3 rows (trace + signals) joined with their oracle rows (break probes)."""
+def load_traces(eval_dir: str, temperature: float = 0.0) -> list[dict]:
+    """The eagle3 rows at `temperature` (trace + signals) joined with their oracle rows (break probes)."""
     rows = read_all(
         eval_dir,
         [
@@ -83,17 +84,23 @@ def load_traces(eval_dir: str) -> list[dict]:
             "signal_remaining",
             "boundaries",
             "probe_correct",
+            "info",
         ],
     ).to_pylist()
     by: dict = {}
     for r in rows:
-        if r["status"] == "ok" and float(r["temperature"]) == 0.0 and r["method"] in ("eagle3", "oracle"):
+        if (
+            r["status"] == "ok"
+            and abs(float(r["temperature"]) - temperature) < 1e-6
+            and r["method"] in ("eagle3", "oracle")
+        ):
             by.setdefault(r["problem_id"], {})[r["method"]] = r
     out = []
     for pid, d in sorted(by.items()):
         e, o = d.get("eagle3"), d.get("oracle")
         if e is None or o is None or e["signal_confidence"] is None:
             continue
+        info = json.loads(o["info"] or "{}")
         out.append(
             {
                 "id": pid,
@@ -103,6 +110,11 @@ def load_traces(eval_dir: str) -> list[dict]:
                 "oracle_think": o["think_tokens"],
                 "signals": list(zip(e["signal_confidence"], e["signal_progress"], e["signal_remaining"])),
                 "probes": dict(zip(o["boundaries"] or [], o["probe_correct"] or [])),
+                # the peers' exit candidates along the same trace (EvalConfig.peer_probes)
+                "think_end": info.get("think_end") or 0,  # unfinished: no candidate, the peers keep it all
+                "deer_points": info.get("deer_points"),
+                "dynasor_points": {p[0]: p for p in info.get("dynasor_points") or []},
+                "budget_points": {b: ok for b, ok in info.get("budget_points") or []},
             }
         )
     return out
@@ -132,6 +144,30 @@ def replay(traces: list[dict], settings: list[ExitConfig], token_ids: dict) -> l
     return res
 
 
+def _holds(methods: dict, tolerance: float) -> bool:
+    s, e = methods.get("specexit", {}), methods.get("eagle3", {})
+    return (
+        s.get("accuracy") is not None
+        and e.get("accuracy") is not None
+        and s["accuracy"] >= e["accuracy"] - tolerance - 1e-12
+    )
+
+
+def choose_exit(points_by_t: dict[float, list[dict]], ref_by_t: dict[float, float], tolerance: float) -> int:
+    """Index of the setting with the fewest think tokens (mean over temperatures) whose accuracy is
+    within `tolerance` of eagle3's at every temperature; if none is, the one that falls least short."""
+    temps = list(points_by_t)
+    merged = [
+        {
+            "i": i,
+            "accuracy": min(points_by_t[t][i]["accuracy"] - ref_by_t[t] for t in temps),  # worst margin
+            "think_tokens": statistics.mean(points_by_t[t][i]["think_tokens"] for t in temps),
+        }
+        for i in range(len(points_by_t[temps[0]]))
+    ]
+    return best_setting(merged, ref_accuracy=0.0, tolerance=tolerance)["i"]
+
+
 def _draft_token_ids(draft_dir: str) -> dict:
     from specexit_core.draft.checkpoint import read_config
 
@@ -141,38 +177,80 @@ def _draft_token_ids(draft_dir: str) -> dict:
     return ids
 
 
+def choose_peers(cfg: CalibrateConfig, traces: list[dict], *, ref_accuracy: float) -> dict:
+    """DEER, Dynasor and the budget, each chosen on the greedy dev traces by SpecExit's rule (peers.py)."""
+    kw = dict(ref_accuracy=ref_accuracy, tolerance=cfg.tolerance)
+    probed = [t for t in traces if t["deer_points"] is not None]
+    out: dict = {"deer": None, "dynasor": None, "budget": None}
+    if len(probed) == len(traces):
+        out["deer"] = calibrate_deer(probed, cfg.deer_thresholds, cfg.deer_means, **kw)
+        out["dynasor"] = calibrate_dynasor(
+            probed, cfg.dynasor_every, cfg.dynasor_windows, cfg.eval.dynasor.hedge_words, **kw
+        )
+        out["budget"] = calibrate_budget(probed, cfg.budgets, **kw)
+    else:
+        log.warning(
+            "calibrate: %d of %d dev traces lack peer probes: the peers are not calibrated",
+            len(traces) - len(probed),
+            len(traces),
+        )
+    return out
+
+
 def run_calibration(cfg: CalibrateConfig) -> dict:
     from pipelines.evaluate.job import run_evaluation
 
     t0 = time.time()
     ev = cfg.eval.model_copy(
-        update={"methods": ["eagle3", "oracle", "specexit"], "temperatures": [0.0], "signals": True, "calibrated": None}
+        update={
+            "methods": ["eagle3", "oracle", "specexit"],
+            "temperatures": list(cfg.temperatures),
+            "signals": True,
+            "calibrated": None,
+            "peer_probes": cfg.peers,
+            "peer_probe_stride": cfg.probe_stride(),
+            "budget_sweep": list(cfg.budgets),
+            "budget_chosen": None,
+        }
     )
     base = run_evaluation(ev)
-    traces = load_traces(ev.output)
-    if not traces:
-        raise RuntimeError(f"no usable dev traces in {ev.output} (every problem failed?)")
+    traces_by_t = {t: load_traces(ev.output, t) for t in cfg.temperatures}
+    traces = traces_by_t[0.0]  # greedy: the headline figures and the peers' replay
+    if any(not tr for tr in traces_by_t.values()):
+        raise RuntimeError(f"no usable dev traces in {ev.output} at some temperature (every problem failed?)")
     ids = _draft_token_ids(ev.draft)
     settings = grid(cfg)
     t1 = time.time()
-    points = replay(traces, settings, ids)
+    points_by_t = {t: replay(trs, settings, ids) for t, trs in traces_by_t.items()}
+    points = points_by_t[0.0]
     default_pt = replay(traces, [ExitConfig()], ids)[0]
     replay_s = time.time() - t1
-    e_acc = statistics.mean(t["correct"] for t in traces)
+    e_by_t = {t: statistics.mean(tr["correct"] for tr in trs) for t, trs in traces_by_t.items()}
+    e_acc = e_by_t[0.0]
     e_think = statistics.mean(t["think_tokens"] for t in traces)
-    best = best_setting(points, ref_accuracy=e_acc, tolerance=cfg.tolerance)
+    i_best = choose_exit(points_by_t, e_by_t, cfg.tolerance)
+    best = points[i_best]
     log.info(
-        "calibrate: %d settings x %d traces replayed in %.1fs; best %s", len(settings), len(traces), replay_s, best
+        "calibrate: %d settings x %d traces x %d temperatures replayed in %.1fs; best %s",
+        len(settings),
+        len(traces),
+        len(points_by_t),
+        replay_s,
+        best,
     )
     chosen = ExitConfig.from_dict(best["exit"]).to_dict()
     edges = grid_edges(cfg, ExitConfig.from_dict(chosen))
     for e in edges:
         log.warning("calibrate: the chosen %s: widen the grid to be sure nothing better lies beyond", e)
+    ok_at = {t: points_by_t[t][i_best]["accuracy"] >= e_by_t[t] - cfg.tolerance - 1e-12 for t in points_by_t}
     calib = {
-        "how": "offline replay of ExitTracker over per-token draft signals computed once per greedy EAGLE-3 dev trace; "
-        "accuracy at an exit = the graded forced answer probed at that paragraph break",
+        "how": "offline replay of ExitTracker over per-token draft signals computed once per EAGLE-3 dev trace "
+        "(greedy, and sampled at each further calibration temperature with the evaluation's per-problem seeds); "
+        "accuracy at an exit = the graded forced answer probed (greedy) at that paragraph break; the chosen "
+        "setting has the fewest think tokens (mean over temperatures) within tolerance at every temperature",
         "split": ev.input.split if ev.input.kind == "toy" else ev.input.path,
         "n_traces": len(traces),
+        "temperatures": list(cfg.temperatures),
         "tolerance": cfg.tolerance,
         "grid_size": len(settings),
         "replay_seconds": round(replay_s, 2),
@@ -180,7 +258,19 @@ def run_calibration(cfg: CalibrateConfig) -> dict:
         "oracle": {"think_tokens": statistics.mean(t["oracle_think"] for t in traces)},
         "default": {k: default_pt[k] for k in ("accuracy", "think_tokens")},
         "chosen_replay": {k: best[k] for k in ("accuracy", "think_tokens")},
-        "within_tolerance": best["accuracy"] >= e_acc - cfg.tolerance - 1e-12,
+        "by_temperature": {
+            f"{t:g}": {
+                "n_traces": len(traces_by_t[t]),
+                "eagle3": {
+                    "accuracy": e_by_t[t],
+                    "think_tokens": statistics.mean(tr["think_tokens"] for tr in traces_by_t[t]),
+                },
+                "chosen_replay": {k: points_by_t[t][i_best][k] for k in ("accuracy", "think_tokens")},
+                "within_tolerance": ok_at[t],
+            }
+            for t in points_by_t
+        },
+        "within_tolerance": all(ok_at.values()),
         "at_grid_edge": edges,  # [] = every chosen value lies inside its grid axis
         "top": sorted(
             (p for p in points if p["accuracy"] >= e_acc - cfg.tolerance - 1e-12),
@@ -190,13 +280,32 @@ def run_calibration(cfg: CalibrateConfig) -> dict:
             k: base["methods"].get("specexit", {}).get(k) for k in ("accuracy", "think_tokens", "latency_s")
         },
     }
+    peers = None
+    if cfg.peers:
+        calib["peers"] = choose_peers(cfg, traces, ref_accuracy=e_acc)
+        peers = {name: c["setting"] for name, c in calib["peers"].items() if c is not None}
+        if "budget" in peers:
+            peers["budget"] = peers["budget"]["budget"]
+        for name, c in calib["peers"].items():
+            for e in (c or {}).get("at_grid_edge", []):
+                log.warning("calibrate: %s: the chosen %s: widen the grid", name, e)
     if cfg.confirm:
+        peer_update = {}
+        if peers:
+            peer_update = {
+                "deer": ev.deer.model_copy(update=peers.get("deer", {})),
+                "dynasor": ev.dynasor.model_copy(update=peers.get("dynasor", {})),
+                "budget_sweep": [peers["budget"]] if "budget" in peers else ev.budget_sweep,
+                "budget_chosen": peers.get("budget"),
+            }
         conf_ev = ev.model_copy(
             update={
-                "methods": ["eagle3", "specexit"],
+                "methods": ["eagle3", "specexit"] + (["budget", "deer", "dynasor"] if peers else []),
                 "specexit_exit": chosen,
                 "signals": False,
+                "peer_probes": False,
                 "output": ev.output.rstrip("/") + "-confirm",
+                **peer_update,
             }
         )
         shutil.rmtree(conf_ev.output, ignore_errors=True)  # derived from this choice: never resume it
@@ -204,16 +313,23 @@ def run_calibration(cfg: CalibrateConfig) -> dict:
         m = res["methods"]
         calib["confirmed"] = {
             name: {k: m.get(name, {}).get(k) for k in ("accuracy", "think_tokens", "latency_s")}
-            for name in ("eagle3", "specexit")
+            for name in ("eagle3", "specexit") + (("budget", "deer", "dynasor") if peers else ())
         }
-        s, e = m.get("specexit", {}), m.get("eagle3", {})
-        calib["confirmed"]["within_tolerance"] = (
-            s.get("accuracy") is not None
-            and e.get("accuracy") is not None
-            and s["accuracy"] >= e["accuracy"] - cfg.tolerance - 1e-12
-        )
+        calib["confirmed"]["within_tolerance"] = _holds(m, cfg.tolerance)
+        calib["confirmed_by_temperature"] = {
+            t: {
+                **{
+                    name: {k: d["methods"].get(name, {}).get(k) for k in ("accuracy", "think_tokens")}
+                    for name in ("eagle3", "specexit")
+                },
+                "within_tolerance": _holds(d["methods"], cfg.tolerance),
+            }
+            for t, d in res["by_temperature"].items()
+        }
     calib["seconds"] = round(time.time() - t0, 1)
     out = {"exit": chosen, "calibration": calib}
+    if peers:
+        out["peers"] = peers  # EvalConfig.with_calibrated_peers reads this
     Path(cfg.output).parent.mkdir(parents=True, exist_ok=True)
     Path(cfg.output).write_text(json.dumps(out, indent=2) + "\n")
     if cfg.write_draft_defaults:

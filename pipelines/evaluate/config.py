@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from pipelines.common.config import EngineConfig, RayConfig
 from pipelines.common.methods import METHODS
@@ -73,11 +73,20 @@ class EvalConfig(StrictModel):
     # ... or the JSON `specexit calibrate` writes ({"exit": {...}}); wins over specexit_exit.
     calibrated: str | None = None
     budget_sweep: list[int] = Field(default_factory=lambda: [32, 64, 96, 128])  # static thinking budgets
+    # The `budget` row of the tables: this sweep setting, chosen on the dev split by `specexit calibrate`
+    # (set from the calibrated file's "peers"; added to the sweep if missing). None: the fewest think
+    # tokens within `accuracy_tolerance` of eagle3 on this run's own problems (marked "chosen_on": "this run").
+    budget_chosen: int | None = Field(None, ge=1)
     accuracy_tolerance: float = Field(0.01, ge=0)  # budget "best setting": fewest think tokens within this of eagle3
     deer: DeerConfig = Field(default_factory=DeerConfig)
     dynasor: DynasorConfig = Field(default_factory=DynasorConfig)
     oracle: OracleConfig = Field(default_factory=OracleConfig)
     signals: bool = True  # per-token draft signals along the EAGLE-3 traces (report plots, calibration replay)
+    # calibrate: also probe every greedy EAGLE-3 trace at each DEER / Dynasor / budget exit candidate
+    # (oracle rows' info: "deer_points", "dynasor_points", "budget_points" for each of `budget_sweep`),
+    # so their settings can be chosen by replay like SpecExit's
+    peer_probes: bool = False
+    peer_probe_stride: int = Field(1, ge=1)  # Dynasor candidates: every this many think tokens
     batch_size: int = Field(16, ge=1)  # problems per engine-actor batch = rows per output part
     # Latency is timed at concurrency 1 (every method, one request at a time, in a shuffled order) on
     # the first `latency_problems` problems; the others get their accuracy and think tokens from one
@@ -106,6 +115,12 @@ class EvalConfig(StrictModel):
             raise ValueError(f"temperatures must be a non-empty list of numbers >= 0, got {v}")
         return v
 
+    @model_validator(mode="after")
+    def _chosen_budget_is_swept(self):
+        if self.budget_chosen is not None and self.budget_chosen not in self.budget_sweep:
+            raise ValueError(f"budget_chosen {self.budget_chosen} is not in budget_sweep {self.budget_sweep}")
+        return self
+
     def run_methods(self) -> list[str]:
         """Methods in run order: the oracle needs the EAGLE-3 trace, so eagle3 always runs when it does."""
         ms = list(dict.fromkeys(self.methods))
@@ -120,6 +135,27 @@ class EvalConfig(StrictModel):
 
             return load_exit_overrides(Path(self.calibrated))
         return dict(self.specexit_exit) if self.specexit_exit is not None else None
+
+    def with_calibrated_peers(self) -> EvalConfig:
+        """A copy whose DEER, Dynasor and budget settings are the ones `specexit calibrate` chose on
+        the dev split (the calibrated file's "peers"); unchanged without such a file."""
+        if not self.calibrated:
+            return self
+        import json
+
+        peers = json.loads(Path(self.calibrated).read_text()).get("peers")
+        if not peers:
+            return self
+        upd: dict[str, Any] = {}
+        if "deer" in peers:
+            upd["deer"] = {**self.deer.model_dump(), **peers["deer"]}
+        if "dynasor" in peers:
+            upd["dynasor"] = {**self.dynasor.model_dump(), **peers["dynasor"]}
+        if peers.get("budget") is not None:
+            b = int(peers["budget"])
+            upd["budget_chosen"] = b
+            upd["budget_sweep"] = sorted(set(self.budget_sweep) | {b})
+        return type(self).model_validate({**self.model_dump(), **upd})
 
     def resolve_paths(self) -> EvalConfig:
         self.output = resolve_path(self.output)

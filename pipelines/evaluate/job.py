@@ -87,7 +87,7 @@ def _aggregate(rows: list[dict]) -> dict:
         requests=mean("requests"),
     )
     if any("probe_latency_s" in i for i in infos):  # oracle: the probing is not part of the method's latency
-        out["probe_latency_s"] = statistics.mean(i.get("probe_latency_s", 0.0) for i in infos)
+        out["probe_latency_s"] = statistics.mean(i["probe_latency_s"] for i in infos if "probe_latency_s" in i)
     if any("prefix_matches" in i for i in infos):  # oracle replays: same think prefix as the probed trace?
         out["replay_prefix_match_rate"] = sum(bool(i.get("prefix_matches", True)) for i in infos) / len(infos)
     if any("exit" in i for i in infos):
@@ -95,8 +95,10 @@ def _aggregate(rows: list[dict]) -> dict:
     return out
 
 
-def aggregate(rows: list[dict], *, tolerance: float) -> dict:
-    """Per temperature: {"methods": {name: metrics}, "sweeps": {"budget": [metrics + setting]}}."""
+def aggregate(rows: list[dict], *, tolerance: float, budget_chosen: int | None = None) -> dict:
+    """Per temperature: {"methods": {name: metrics}, "sweeps": {"budget": [metrics + setting]}}.
+    The `budget` method is the sweep point `budget_chosen` (chosen on the dev split), or else the
+    fewest think tokens within `tolerance` of eagle3 on these rows (`chosen_on` says which)."""
     groups: dict = defaultdict(list)
     for r in rows:
         if r["method"] is not None:
@@ -124,11 +126,14 @@ def aggregate(rows: list[dict], *, tolerance: float) -> dict:
     for d in by_t.values():
         pts = [p for p in d["sweeps"].get("budget", []) if p.get("n")]
         ref = d["methods"].get("eagle3", {}).get("accuracy")
-        if pts:
+        chosen = [p for p in pts if p["setting"] == budget_chosen]
+        if chosen:
+            d["methods"]["budget"] = {**chosen[0], "chosen_on": "dev"}
+        elif pts:
             best = best_setting(
                 pts, ref_accuracy=ref if ref is not None else max(p["accuracy"] for p in pts), tolerance=tolerance
             )
-            d["methods"]["budget"] = dict(best)
+            d["methods"]["budget"] = {**best, "chosen_on": "this run"}
     return by_t
 
 
@@ -274,6 +279,7 @@ def check_run_identity(cfg: EvalConfig, problems: list[dict] | None = None) -> d
 def run_evaluation(cfg: EvalConfig) -> dict:
     """Run (or resume) the evaluation; returns the summary (also written to `<output>/summary.json`)."""
     t0 = time.time()
+    cfg = cfg.with_calibrated_peers()  # DEER / Dynasor / budget as calibrated on dev, if the file says
     from pipelines.common.prompt_source import read_prompts
     from pipelines.common.runtime import engine_env, init_ray, use_gpu
 
@@ -330,7 +336,7 @@ def run_evaluation(cfg: EvalConfig) -> dict:
         busy = time.time() - tb
     rows = read_all(cfg.output, _AGG_COLUMNS).to_pylist()
     rows = [r for r in rows if r["problem_id"] in set(expected)]
-    by_t = aggregate(rows, tolerance=cfg.accuracy_tolerance)
+    by_t = aggregate(rows, tolerance=cfg.accuracy_tolerance, budget_chosen=cfg.budget_chosen)
     head = f"{cfg.temperatures[0]:g}"
     summary = {
         "methods": by_t.get(head, {}).get("methods", {}),
@@ -344,6 +350,12 @@ def run_evaluation(cfg: EvalConfig) -> dict:
         "seconds": round(time.time() - t0, 1),
         "pipeline_seconds": None if busy is None else round(busy, 1),
         "specexit_exit": _exit_used(cfg),
+        "peer_settings": {
+            "deer": {"threshold": cfg.deer.threshold, "mean": cfg.deer.mean},
+            "dynasor": {"every": cfg.dynasor.every, "window": cfg.dynasor.window},
+            "budget": by_t.get(head, {}).get("methods", {}).get("budget", {}).get("setting"),
+            "chosen_on": "dev" if cfg.budget_chosen is not None else "this run (budget) / config (DEER, Dynasor)",
+        },
     }
     (Path(cfg.output) / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary

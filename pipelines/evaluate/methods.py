@@ -21,7 +21,7 @@ Each returns a `Result`; latency is the wall clock of all its requests, probes i
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,6 +50,7 @@ class Result:
     num_drafts: int | None = None
     num_accepted: int | None = None
     info: dict = field(default_factory=dict)
+    oracle: dict | None = None  # oracle rows: the probed breaks and their outcomes
 
 
 class Gen:
@@ -161,8 +162,65 @@ def _trim_eos(toks: list[int], lps: list[float], eos: tuple[int, ...]) -> tuple[
     return toks, lps
 
 
+@dataclass
+class Req:
+    """One engine request a multi-request method asks for: the prompt and `Gen.params` keywords."""
+
+    prompt: list[int]
+    kw: dict
+
+
+# A multi-request method (DEER, Dynasor) is a generator: it yields a `Req` (or a list of them, sent
+# together, as Dynasor's probe and its next chunk are), receives the `Out` (or the list of them), and
+# returns its `Result`. `drive` runs one problem (latency at concurrency 1); `drive_lockstep` runs many
+# problems together, one batched generate per round (accuracy only, like `batched`).
+Method = Generator["Req | list[Req]", "Out | list[Out]", Result]
+
+
+def _send(gen: Gen, reqs: list[Req]) -> list[Out]:
+    return gen.many([r.prompt for r in reqs], [gen.params(**r.kw) for r in reqs])
+
+
+def drive(gen: Gen, method: Method) -> Result:
+    """Run one problem's requests: one generate per yield."""
+    try:
+        req = next(method)
+        while True:
+            outs = _send(gen, req if isinstance(req, list) else [req])
+            req = method.send(outs if isinstance(req, list) else outs[0])
+    except StopIteration as stop:
+        return stop.value
+
+
+def drive_lockstep(gen: Gen, methods: list[Method]) -> list[Result]:
+    """Run many problems' methods together: each round, every unfinished method's next request(s) go
+    into one generate. Same requests, same seeds as `drive`: only the batching differs."""
+    results: list[Result | None] = [None] * len(methods)
+    pending: dict[int, Req | list[Req]] = {}
+    counts = [0] * len(methods)
+
+    def step(i: int, out) -> None:
+        try:
+            pending[i] = next(methods[i]) if out is None else methods[i].send(out)
+            counts[i] += len(pending[i]) if isinstance(pending[i], list) else 1
+        except StopIteration as stop:
+            pending.pop(i, None)
+            results[i] = stop.value
+            results[i].requests = counts[i]
+
+    for i in range(len(methods)):
+        step(i, None)
+    while pending:
+        order = sorted(pending)
+        flat = [(i, r) for i in order for r in (pending[i] if isinstance(pending[i], list) else [pending[i]])]
+        outs = _send(gen, [r for _, r in flat])
+        for i in order:
+            mine = [o for (j, _), o in zip(flat, outs) if j == i]
+            step(i, mine if isinstance(pending[i], list) else mine[0])
+    return [r for r in results if r is not None]
+
+
 def deer(
-    gen: Gen,
     ids: Ids,
     prompt: list[int],
     cfg,
@@ -170,46 +228,37 @@ def deer(
     max_tokens: int,
     temperature: float,
     seed: int | None,
-    grade_probe: Callable[[str], Any] | None = None,
-) -> Result:
+) -> Method:
     """DEER: stop at each transition word inside the think block, ask for a trial answer (greedy,
     `trial_max_tokens`), exit with `exit_text` if its confidence passes; else keep the word, go on."""
     comp: list[int] = []
     probes, confs, k = 0, [], 0
-    while len(comp) < max_tokens:
-        o = gen.one(
+
+    def cont(n: int) -> Req:  # the next stretch of the method's own sampled text
+        return Req(
             prompt + comp,
-            max_tokens=max_tokens - len(comp),
-            temperature=temperature,
-            seed=None if seed is None else seed + k,
-            extra=False,
-            stop_ids=ids.deer_transitions,
+            dict(max_tokens=n, temperature=temperature, seed=None if seed is None else seed + k, extra=False),
         )
+
+    while len(comp) < max_tokens:
+        r = cont(max_tokens - len(comp))
+        r.kw["stop_ids"] = ids.deer_transitions
+        o = yield r
         k += 1
         toks = o.token_ids
         stopped_at_word = o.stop_reason in ids.deer_transitions and toks and toks[-1] in ids.deer_transitions
         if ids.think_end in toks:  # thinking ended on its own: finish the answer without probing
             comp += toks
             if stopped_at_word and len(comp) < max_tokens:
-                comp += gen.one(
-                    prompt + comp,
-                    max_tokens=max_tokens - len(comp),
-                    temperature=temperature,
-                    seed=None if seed is None else seed + k,
-                    extra=False,
-                ).token_ids
+                comp += (yield cont(max_tokens - len(comp))).token_ids
             break
         if not stopped_at_word:
             comp += toks
             break
         before = comp + toks[:-1]
-        t = gen.one(
+        t = yield Req(
             prompt + before + ids.deer_probe,
-            max_tokens=cfg.trial_max_tokens,
-            temperature=0.0,
-            seed=None,
-            extra=False,
-            logprobs=True,
+            dict(max_tokens=cfg.trial_max_tokens, temperature=0.0, seed=None, extra=False, logprobs=True),
         )
         probes += 1
         trial, lps = _trim_eos(t.token_ids, t.logprobs, ids.eos)
@@ -219,13 +268,7 @@ def deer(
             comp = before + ids.deer_exit
             think = len(before)
             if len(comp) < max_tokens:
-                comp += gen.one(
-                    prompt + comp,
-                    max_tokens=max_tokens - len(comp),
-                    temperature=temperature,
-                    seed=None if seed is None else seed + k,
-                    extra=False,
-                ).token_ids
+                comp += (yield cont(max_tokens - len(comp))).token_ids
             return Result(
                 comp,
                 think,
@@ -239,7 +282,6 @@ def deer(
 
 
 def dynasor(
-    gen: Gen,
     ids: Ids,
     prompt: list[int],
     cfg,
@@ -249,38 +291,38 @@ def dynasor(
     seed: int | None,
     extract: Callable[[str], str | None],
     decode: Callable[[list[int]], str],
-) -> Result:
-    """Dynasor-CoT: every `every` think tokens a probe (prefix + probe_text, greedy); exit when the
-    last `window` answers agree and do not hedge; the output is then the probed answer."""
+) -> Method:
+    """Dynasor-CoT: every `every` think tokens a probe (prefix + probe_text, greedy), sent together
+    with the next chunk; exit when the last `window` answers agree and do not hedge; the output is
+    then the probed answer."""
     comp: list[int] = []
     answers: list[str | None] = []
     texts: list[str] = []
     k = 0
-    while len(comp) < max_tokens:
-        o = gen.one(
+
+    def cont(n: int) -> Req:
+        return Req(
             prompt + comp,
-            max_tokens=min(cfg.every, max_tokens - len(comp)),
-            temperature=temperature,
-            seed=None if seed is None else seed + k,
-            extra=False,
+            dict(max_tokens=n, temperature=temperature, seed=None if seed is None else seed + k, extra=False),
         )
+
+    o = yield cont(min(cfg.every, max_tokens))
+    while True:
         k += 1
         comp += o.token_ids
         if ids.think_end in o.token_ids or o.finish_reason != "length":
             if ids.think_end in o.token_ids and o.finish_reason == "length" and len(comp) < max_tokens:
-                comp += gen.one(
-                    prompt + comp,
-                    max_tokens=max_tokens - len(comp),
-                    temperature=temperature,
-                    seed=None if seed is None else seed + k,
-                    extra=False,
-                ).token_ids
+                comp += (yield cont(max_tokens - len(comp))).token_ids
             break
         if len(comp) >= max_tokens:
             break
-        p = gen.one(
-            prompt + comp + ids.dynasor_probe, max_tokens=cfg.probe_max_tokens, temperature=0.0, seed=None, extra=False
+        # the probe at this point and the next chunk go together (as the reference implementation
+        # sends them): a round costs the longer of the two, not their sum; on exit the chunk is dropped
+        probe = Req(
+            prompt + comp + ids.dynasor_probe,
+            dict(max_tokens=cfg.probe_max_tokens, temperature=0.0, seed=None, extra=False),
         )
+        p, o = yield [probe, cont(min(cfg.every, max_tokens - len(comp)))]
         text = decode(_trim_eos(p.token_ids, [], ids.eos)[0])
         texts.append(text)
         answers.append(extract(text))
@@ -299,7 +341,6 @@ def dynasor(
 
 
 def oracle_probe(
-    gen: Gen,
     ids: Ids,
     prompt: list[int],
     comp: list[int],
@@ -307,19 +348,124 @@ def oracle_probe(
     max_tokens: int,
     grade_text: Callable[[str], bool],
     decode: Callable[[list[int]], str],
-) -> dict:
+) -> Generator[list[Req], list[Out], dict]:
     """Probe every paragraph break of a finished trace (one batched request list, prefix-cached)."""
     if ids.think_end not in comp:
         return {"cut": None, "breaks": [], "flags": [], "think_end": None, "probes": 0}
     end = comp.index(ids.think_end)
     breaks = step_boundaries(comp, ids.split, 0, end)
     prompts = probe_prompts(prompt, comp, breaks, ids.oracle_close)
-    outs = (
-        gen.many(prompts, gen.params(max_tokens=max_tokens, temperature=0.0, seed=None, extra=False)) if prompts else []
-    )
+    kw = dict(max_tokens=max_tokens, temperature=0.0, seed=None, extra=False)
+    outs = (yield [Req(p, kw) for p in prompts]) if prompts else []
     flags = [bool(grade_text(decode(o.token_ids))) for o in outs]
     cut = oracle_cut(breaks, flags, bool(grade_text(decode(comp))), end)
     return {"cut": cut, "breaks": breaks, "flags": flags, "think_end": end, "probes": len(prompts)}
+
+
+def oracle_replay(ids: Ids, prompt: list[int], eagle: Result, pr: dict, common: dict) -> Method:
+    """The oracle's own run: the request replayed with the budget that stops right after the oracle
+    break; the EAGLE-3 trace itself when no earlier break qualifies (or it is wrong or unfinished)."""
+    cut, end = pr["cut"], pr["think_end"]
+    if cut is not None and end is not None and cut < end:
+        o = yield Req(prompt, dict(extra=budget_extra(cut), **common))
+        think, ans = _counts(ids, o.token_ids, True)
+        res = Result(o.token_ids, think, ans, info={"finish_reason": o.finish_reason, "replayed": True})
+    else:
+        res = Result(
+            list(eagle.completion),
+            eagle.think_tokens,
+            eagle.answer_tokens,
+            latency_s=eagle.latency_s,
+            requests=1,
+            num_drafts=eagle.num_drafts,
+            num_accepted=eagle.num_accepted,
+            info={"replayed": False},
+        )
+    res.probe_requests = pr["probes"]
+    res.info.update(
+        cut=cut,
+        think_end=end,
+        prefix_matches=list(res.completion[: res.think_tokens]) == list(eagle.completion[: res.think_tokens]),
+    )
+    res.oracle = pr
+    return res
+
+
+def oracle(
+    ids: Ids,
+    prompt: list[int],
+    eagle: Result,
+    *,
+    probe_max_tokens: int,
+    grade_text: Callable[[str], bool],
+    decode: Callable[[list[int]], str],
+    common: dict,
+    peers: dict | None = None,
+) -> Method:
+    """The whole oracle on one problem as requests (for the lockstep driver): the break probes, with
+    `peers` (`peer_points` keywords) the DEER / Dynasor / budget candidates, then the replay."""
+    pr = yield from oracle_probe(
+        ids, prompt, eagle.completion, max_tokens=probe_max_tokens, grade_text=grade_text, decode=decode
+    )
+    points = {}
+    if peers:
+        points = yield from peer_points(ids, prompt, eagle.completion, grade_text=grade_text, decode=decode, **peers)
+    res = yield from oracle_replay(ids, prompt, eagle, pr, common)
+    res.info.update(points)
+    return res
+
+
+def peer_points(
+    ids: Ids,
+    prompt: list[int],
+    comp: list[int],
+    *,
+    deer_cfg,
+    dynasor_cfg,
+    stride: int,
+    budgets: list[int],
+    answer_max_tokens: int,
+    grade_text: Callable[[str], bool],
+    extract: Callable[[str], str | None],
+    decode: Callable[[list[int]], str],
+) -> Generator[list[Req], list[Out], dict]:
+    """Every exit candidate of DEER and Dynasor along one finished greedy trace, probed once (two
+    batched generates, prefix-cached), so that calibration can replay any threshold / interval /
+    window: at greedy, both methods follow this very trace until they exit.
+
+    deer_points: [index, arithmetic confidence, geometric confidence, forced answer right] at each
+      transition word inside the think block (index = think tokens kept = the word's position);
+    dynasor_points: [index, probe answer, probe text, probe answer right] at every `stride`-th think
+      token up to the end of thinking (the probed answer is Dynasor's output when it exits there);
+    budget_points: [budget, answer right] for each budget below the trace's think tokens: `</think>`
+      forced after that many think tokens, then the answer (what the engine's `max_think_tokens` does)."""
+    if ids.think_end not in comp:
+        return {"deer_points": [], "dynasor_points": [], "budget_points": []}
+    end = comp.index(ids.think_end)
+    words = [i for i in range(end) if comp[i] in ids.deer_transitions]
+    pos = list(range(0, end + 1, stride))  # 0: before any thinking (the reference implementation probes there)
+    reqs: list[tuple[list[int], dict]] = []
+    for i in words:
+        reqs.append((prompt + comp[:i] + ids.deer_probe, dict(max_tokens=deer_cfg.trial_max_tokens, logprobs=True)))
+        reqs.append((prompt + comp[:i] + ids.deer_exit, dict(max_tokens=answer_max_tokens)))
+    for p in pos:
+        reqs.append((prompt + comp[:p] + ids.dynasor_probe, dict(max_tokens=dynasor_cfg.probe_max_tokens)))
+    cut = sorted(b for b in set(budgets) if b < end)
+    for b in cut:  # the answer starts after `</think>` alone: a few more tokens than a forced probe's
+        reqs.append((prompt + comp[:b] + [ids.think_end], dict(max_tokens=answer_max_tokens + 4)))
+    outs = yield [Req(r[0], dict(temperature=0.0, seed=None, extra=False, **r[1])) for r in reqs]
+    deer_pts = []
+    for j, i in enumerate(words):
+        trial, forced = outs[2 * j], outs[2 * j + 1]
+        _, lps = _trim_eos(trial.token_ids, trial.logprobs, ids.eos)
+        confs = [deer_confidence(lps, skip_first=deer_cfg.skip_first, mean=m) for m in ("arithmetic", "geometric")]
+        deer_pts.append([i, round(confs[0], 5), round(confs[1], 5), bool(grade_text(decode(forced.token_ids)))])
+    dyn_pts = []
+    for p, o in zip(pos, outs[2 * len(words) : 2 * len(words) + len(pos)]):
+        text = decode(_trim_eos(o.token_ids, [], ids.eos)[0])
+        dyn_pts.append([p, extract(text), text, bool(grade_text(text))])
+    budget_pts = [[b, bool(grade_text(decode(o.token_ids)))] for b, o in zip(cut, outs[2 * len(words) + len(pos) :])]
+    return {"deer_points": deer_pts, "dynasor_points": dyn_pts, "budget_points": budget_pts}
 
 
 def batched(gen: Gen, ids: Ids, prompts: list[list[int]], opened: list[bool], params: list) -> list[Result]:

@@ -5,8 +5,9 @@ speculation and the SpecExit draft (eagle3, specexit, budget, deer, dynasor, not
 plain engine (plain), plus the transformers target for the per-token signals. On a timed problem
 (`EvalConfig.latency_problems`) every method runs one request at a time, in a per-problem shuffled
 order (`order.method_order`), so each latency is an honest concurrency-1 end-to-end time; on the
-others the single-request methods run as one batched generate per method over the batch (accuracy
-and think tokens only). Each batch is written as one atomic Parquet part by the actor itself (all
+others the single-request methods run as one batched generate per method over the batch, and DEER
+and Dynasor as request loops in lockstep, one batched generate per round (accuracy and think tokens
+only). Each batch is written as one atomic Parquet part by the actor itself (all
 rows of a problem together: the unit of resume).
 """
 
@@ -31,9 +32,14 @@ from pipelines.evaluate.methods import (
     batched,
     budget_extra,
     deer,
+    drive,
+    drive_lockstep,
     dynasor,
+    oracle,
     oracle_probe,
+    oracle_replay,
     paper_extra,
+    peer_points,
     single,
     timed,
 )
@@ -227,12 +233,19 @@ class EvalWorker:
             "budget": budget_extra(int(setting) if setting else 0),
         }[m]
 
+    def _peer(self, m: str, prompt: list[int], common: dict, decode):
+        """The request generator of a multi-request peer (DEER / Dynasor) on one problem."""
+        if m == "deer":
+            return deer(self.ids, prompt, self.cfg.deer, **common)
+        return dynasor(self.ids, prompt, self.cfg.dynasor, extract=EXTRACTORS[self.cfg.grader], decode=decode, **common)
+
     def _seed(self, pid: str, temp: float) -> int:
         return stable_seed(self.cfg.seed, f"{pid}/{temp:g}")
 
     def _batched(self, problems: list[tuple[dict, list[int]]], temp: float) -> dict:
         """{problem id: {(method, setting): Result}}: every single-request method over `problems`,
-        one generate per method; a failing method is left out (it then runs per problem)."""
+        one generate per method, and DEER / Dynasor with all problems' request loops in lockstep (one
+        generate per round); a failing method is left out (it then runs per problem)."""
         out: dict = {row["id"]: {} for row, _ in problems}
         if not problems:
             return out
@@ -257,6 +270,45 @@ class EvalWorker:
                 continue
             for (row, _), r in zip(problems, res):
                 out[row["id"]][(m, setting)] = r
+        decode = lambda t: self.tok.decode(t, skip_special_tokens=False)  # noqa: E731
+        for m in ("deer", "dynasor"):  # many requests per problem: all problems' loops in lockstep
+            if m not in self.methods:
+                continue
+            try:
+                common = [
+                    dict(max_tokens=self.cfg.max_tokens, temperature=temp, seed=self._seed(row["id"], temp))
+                    for row, _ in problems
+                ]
+                res = drive_lockstep(self.spec, [self._peer(m, p, c, decode) for (_, p), c in zip(problems, common)])
+            except Exception:  # noqa: BLE001 -- the per-problem path runs it again and records the error
+                traceback.print_exc()
+                continue
+            for (row, _), r in zip(problems, res):
+                r.info["batched"] = True
+                out[row["id"]][(m, "")] = r
+        if "oracle" in self.methods and all(("eagle3", "") in out[row["id"]] for row, _ in problems):
+            try:  # every problem's probes (and the peers' candidates) and replays in lockstep
+                methods = [
+                    oracle(
+                        self.ids,
+                        p,
+                        out[row["id"]][("eagle3", "")],
+                        probe_max_tokens=self.cfg.oracle.probe_max_tokens,
+                        grade_text=self._grade_text(reference_answer(self.cfg.grader, row.get("gold"), None)),
+                        decode=decode,
+                        common=dict(max_tokens=self.cfg.max_tokens, temperature=temp, seed=self._seed(row["id"], temp)),
+                        peers=self._peer_kw(temp),
+                    )
+                    for row, p in problems
+                ]
+                res = drive_lockstep(self.spec, methods)
+            except Exception:  # noqa: BLE001 -- the per-problem path runs it again and records the error
+                traceback.print_exc()
+            else:
+                for (row, _), r in zip(problems, res):
+                    r.requests = 1 + r.probe_requests
+                    r.info["batched"] = True
+                    out[row["id"]][("oracle", "")] = r
         return out
 
     def _methods(
@@ -268,7 +320,6 @@ class EvalWorker:
         seed = self._seed(pid, temp)
         common = dict(max_tokens=cfg.max_tokens, temperature=temp, seed=seed)
         decode = lambda t: self.tok.decode(t, skip_special_tokens=False)  # noqa: E731
-        extract = EXTRACTORS[cfg.grader]
         rows, eagle = [], None
         pre = pre or {}
         for m, setting in method_order(self._jobs(), seed):
@@ -278,12 +329,8 @@ class EvalWorker:
                 opened = self._opened(p)
                 if (m, setting) in pre:
                     res = pre[(m, setting)]
-                elif m == "deer":
-                    res = timed(gen, partial(deer, gen, ids, p, cfg.deer, **common))
-                elif m == "dynasor":
-                    res = timed(
-                        gen, partial(dynasor, gen, ids, p, cfg.dynasor, extract=extract, decode=decode, **common)
-                    )
+                elif m in ("deer", "dynasor"):
+                    res = timed(gen, partial(drive, gen, self._peer(m, p, common, decode)))
                 elif m == "oracle":
                     res = self._oracle(pid, p, eagle, ref, common, decode)
                 else:
@@ -318,48 +365,52 @@ class EvalWorker:
                 )
         return rows
 
+    def _grade_text(self, ref: str):
+        return lambda text: grade(self.cfg.grader, text, ref) > 0.5
+
+    def _peer_kw(self, temp: float) -> dict | None:
+        """`peer_points` keywords when this run probes the peers' candidates (calibration, greedy)."""
+        if not (self.cfg.peer_probes and temp == 0.0):
+            return None
+        return dict(
+            deer_cfg=self.cfg.deer,
+            dynasor_cfg=self.cfg.dynasor,
+            stride=self.cfg.peer_probe_stride,
+            budgets=self.cfg.budget_sweep,
+            answer_max_tokens=self.cfg.oracle.probe_max_tokens,
+            extract=EXTRACTORS[self.cfg.grader],
+        )
+
     def _oracle(self, pid, prompt, eagle, ref, common, decode) -> Result:
+        """The oracle on a timed problem: probes (their time apart), then the replay, timed."""
         if eagle is None:
             raise RuntimeError("the oracle needs the eagle3 trace, which failed")
-        eres, erow = eagle
+        eres, _ = eagle
+        grade_text = self._grade_text(ref)
         t0 = time.perf_counter()
-        pr = oracle_probe(
-            self.spec,
+        probe = oracle_probe(
             self.ids,
             prompt,
             eres.completion,
             max_tokens=self.cfg.oracle.probe_max_tokens,
-            grade_text=lambda s: grade(self.cfg.grader, s, ref) > 0.5,
+            grade_text=grade_text,
             decode=decode,
         )
+        pr = drive(self.spec, probe)
         probe_s = time.perf_counter() - t0
-        cut, end = pr["cut"], pr["think_end"]
-        if cut is not None and end is not None and cut < end:
-            res = timed(
-                self.spec, lambda: single(self.spec, self.ids, prompt, opened=True, extra=budget_extra(cut), **common)
+        peers = self._peer_kw(common["temperature"])
+        points = (
+            drive(
+                self.spec, peer_points(self.ids, prompt, eres.completion, grade_text=grade_text, decode=decode, **peers)
             )
-            replayed = True
-        else:  # wrong or unfinished trace, or no earlier break qualifies: the oracle keeps the full trace
-            res = Result(
-                list(eres.completion),
-                eres.think_tokens,
-                eres.answer_tokens,
-                latency_s=eres.latency_s,
-                requests=1,
-                num_drafts=eres.num_drafts,
-                num_accepted=eres.num_accepted,
-            )
-            replayed = False
-        res.probe_requests = pr["probes"]
-        res.requests += pr["probes"]
-        res.info.update(
-            cut=cut,
-            think_end=end,
-            replayed=replayed,
-            probe_latency_s=round(probe_s, 4),
-            prefix_matches=list(res.completion[: res.think_tokens]) == list(eres.completion[: res.think_tokens]),
+            if peers
+            else {}
         )
-        res._oracle = pr  # type: ignore[attr-defined]
+        replay = oracle_replay(self.ids, prompt, eres, pr, common)
+        replays = pr["cut"] is not None and pr["think_end"] is not None and pr["cut"] < pr["think_end"]
+        res = timed(self.spec, partial(drive, self.spec, replay)) if replays else drive(self.spec, replay)
+        res.requests = 1 + pr["probes"]  # the replay (or the reused eagle3 request) and the probes
+        res.info.update(probe_latency_s=round(probe_s, 4), **points)
         return res
 
     def _row(self, pid, row, temp, m, setting, prompt, res: Result, text: str, correct: bool) -> dict:
@@ -386,7 +437,7 @@ class EvalWorker:
             completion_text=text,
             info=json.dumps(res.info),
         )
-        pr = getattr(res, "_oracle", None)
+        pr = res.oracle
         if pr is not None:
             r.update(boundaries=pr["breaks"], probe_correct=pr["flags"])
         return r

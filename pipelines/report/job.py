@@ -231,7 +231,7 @@ def method_table(d: dict) -> list[str]:
         r = d["methods"].get(m)
         if not r or not r.get("n"):
             continue
-        name = f"{m} ({r['setting']})" if m == "budget" else m
+        name = f"{m} ({r['setting']}, chosen on {r.get('chosen_on', 'this run')})" if m == "budget" else m
         lat = r.get("latency_s")
         lines.append(
             f"| {name} | {100 * r['accuracy']:.1f}% | {_ci(r.get('accuracy_ci95'))} | {_vs(r.get('accuracy_vs_eagle3'))} "
@@ -297,6 +297,8 @@ def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Path
         f"listed separately), timed on the first `latency_problems` problems (`latency_n` per method). SpecExit exit setting: `{json.dumps(s.get('specexit_exit'))}` (null = the draft's defaults).",
         "",
     ]
+    if s.get("peer_settings"):
+        md += [f"Peer settings: `{json.dumps(s['peer_settings'])}`.", ""]
     for t, d in by_t.items():
         md += [f"## T = {t}", ""] + method_table(d) + [""]
         sweep = d["sweeps"].get("budget", [])

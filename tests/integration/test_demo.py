@@ -81,6 +81,20 @@ def _check_calibration(wd, draft: dict, monkeypatch) -> None:
     conf = c["confirmed"]
     assert conf["within_tolerance"]
     assert conf["specexit"]["think_tokens"] == pytest.approx(c["chosen_replay"]["think_tokens"])  # greedy: same exits
+    # the peers: chosen on the same dev traces by the same rule, confirmed by the engine, then used
+    peers = out["peers"]
+    assert set(peers) == {"deer", "dynasor", "budget"}
+    for name in ("deer", "dynasor", "budget"):
+        pc = c["peers"][name]
+        assert pc["within_tolerance"]  # the grid holds settings that never exit
+        assert conf[name]["think_tokens"] == pytest.approx(pc["replay"]["think_tokens"])  # greedy: replay = engine
+    assert (
+        c["peers"]["dynasor"]["paper_every"] >= 1
+        and 0 <= c["peers"]["dynasor"]["cross_check"]["same_decision_share"] <= 1
+    )
+    ev = json.loads((wd / "eval" / "summary.json").read_text())
+    assert ev["peer_settings"]["deer"] == peers["deer"] and ev["peer_settings"]["dynasor"] == peers["dynasor"]
+    assert ev["methods"]["budget"]["setting"] == peers["budget"] and ev["methods"]["budget"]["chosen_on"] == "dev"
     monkeypatch.delenv("SPECEXIT_EXIT_CONFIG", raising=False)
     assert server_defaults(draft["specexit"]["exit_defaults"]) == chosen  # the served draft's defaults
     monkeypatch.setenv("SPECEXIT_EXIT_CONFIG", str(wd / "calibrated.json"))

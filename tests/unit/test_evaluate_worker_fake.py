@@ -79,10 +79,11 @@ def test_timed_problem_per_request_others_batched(tmp_path):
             assert r["latency_s"] is not None and "timed" not in info
         else:
             assert info["timed"] is False
-            assert (r["latency_s"] is None) == (r["method"] != "oracle")  # oracle: probed per problem
-    # per temperature: one batched generate of both untimed problems per single-request job
+            assert r["latency_s"] is None and info["batched"]
+    # per temperature: one batched generate of both untimed problems per single-request job, and one
+    # for both problems' oracle probes (lockstep; the reply's one break needs no replay)
     batched = [sp for n, sp in w.spec.calls + w.plain.calls if n == 2]
-    assert len(batched) == 2 * 7  # eagle3, specexit, specexit_paper, budget x2, nothink, plain
+    assert len(batched) == 2 * 8  # eagle3, specexit, specexit_paper, budget x2, nothink, plain; oracle probes
     paper = [sp for n, sp in w.spec.calls if sp.get("extra", {}) and sp["extra"].get("progress_threshold") == 0.3]
     assert paper and paper[0]["extra"]["confidence_threshold"] == 0.8 and paper[0]["extra"]["alpha"] == 0.1
 
