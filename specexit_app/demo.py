@@ -88,6 +88,7 @@ class Stages:
 
         raw = read_yaml(self.cfg.calibrate)
         raw["write_draft_defaults"] = True  # the served and evaluated draft then uses the chosen setting
+        raw["confirm"] = self.cfg.calibrate_confirm
         ev = raw.setdefault("eval", {})
         ev.update(draft=self.draft, output=str(self.wd / "calibrate" / "dev"))
         ev["input"] = {**ev.get("input", {}), "n": self.cfg.calibrate_problems}

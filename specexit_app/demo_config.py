@@ -20,6 +20,7 @@ class QuickOverrides(StrictModel):
     problems: int | None = Field(None, ge=2)
     train_steps: int | None = Field(None, ge=1)
     calibrate_problems: int | None = Field(None, ge=1)
+    calibrate_confirm: bool | None = None
     serve_requests: int | None = Field(None, ge=1)
     eval_problems: int | None = Field(None, ge=1)
     temperatures: list[float] | None = None
@@ -37,6 +38,9 @@ class DemoConfig(StrictModel):
     init_draft: Literal["stock", "scratch"] = "stock"
     train_steps: int = Field(150, ge=1)
     calibrate_problems: int = Field(60, ge=1)
+    # run the chosen settings on the dev split once more before going on (the evaluation stage runs
+    # them on the test split in any case)
+    calibrate_confirm: bool = False
     serve_requests: int = Field(8, ge=1)
     eval_problems: int = Field(100, ge=1)
     temperatures: list[float] = Field(default_factory=lambda: [0.0, 0.6])

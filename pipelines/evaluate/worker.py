@@ -242,15 +242,16 @@ class EvalWorker:
     def _seed(self, pid: str, temp: float) -> int:
         return stable_seed(self.cfg.seed, f"{pid}/{temp:g}")
 
-    def _batched(self, problems: list[tuple[dict, list[int]]], temp: float) -> dict:
+    def _batched(self, problems: list[tuple[dict, list[int]]], temp: float, only: set | None = None) -> dict:
         """{problem id: {(method, setting): Result}}: every single-request method over `problems`,
         one generate per method, and DEER / Dynasor with all problems' request loops in lockstep (one
-        generate per round); a failing method is left out (it then runs per problem)."""
+        generate per round); a failing method is left out (it then runs per problem). `only`: just
+        these (method, setting) jobs."""
         out: dict = {row["id"]: {} for row, _ in problems}
         if not problems:
             return out
         for m, setting in self._jobs():
-            if m not in SINGLE_REQUEST:
+            if m not in SINGLE_REQUEST or (only is not None and (m, setting) not in only):
                 continue
             gen = self.plain if m == "plain" else self.spec
             try:
@@ -270,6 +271,8 @@ class EvalWorker:
                 continue
             for (row, _), r in zip(problems, res):
                 out[row["id"]][(m, setting)] = r
+        if only is not None:
+            return out
         decode = lambda t: self.tok.decode(t, skip_special_tokens=False)  # noqa: E731
         for m in ("deer", "dynasor"):  # many requests per problem: all problems' loops in lockstep
             if m not in self.methods:
@@ -454,6 +457,14 @@ class EvalWorker:
                 todo.append((r, prompt, ref))
         untimed = [(r, p) for r, p, _ in todo if not r.get("timed", True)]
         pre = {t: self._batched(untimed, t) for t in self.cfg.temperatures}
+        # on the timed problems too, the budget sweep's other points only draw the accuracy-vs-tokens
+        # curve: batched; only the budget chosen on dev is timed like every method
+        sweep_only = {("budget", str(b)) for b in self.cfg.budget_sweep if b != self.cfg.budget_chosen}
+        timed = [(r, p) for r, p, _ in todo if r.get("timed", True)]
+        if self.cfg.budget_chosen is not None and "budget" in self.methods and timed and sweep_only:
+            for t in self.cfg.temperatures:
+                for pid, res in self._batched(timed, t, only=sweep_only).items():
+                    pre[t].setdefault(pid, {}).update(res)
         if untimed:
             print(f"[evaluate] {len(untimed)} untimed problems batched in {time.time() - t0:.1f}s", flush=True)
         for i, (r, prompt, ref) in enumerate(todo):

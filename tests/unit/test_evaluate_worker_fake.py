@@ -96,3 +96,21 @@ def test_order_differs_between_problems(tmp_path):
         w._methods(f"p{i}", {"prompt": "Compute from left to right : 3 + 4"}, w._prompt("3 + 4"), "7", 0.0)
         firsts.add(json.dumps(w.spec.calls[0][1].get("extra"), sort_keys=True))
     assert len(firsts) >= 3  # not always the same method first
+
+
+def test_only_the_budget_chosen_on_dev_is_timed(tmp_path):
+    w = _worker(tmp_path, ["eagle3", "budget"])
+    w.cfg = w.cfg.model_copy(update={"budget_chosen": 16})
+    batch = pa.Table.from_pylist(
+        [{"id": "p0", "prompt": "Compute from left to right : 3 + 4", "gold": "7", "timed": True}]
+    )
+    w(batch)
+    rows = [r for f in (tmp_path / "out").glob("part-*.parquet") for r in pq.read_table(f).to_pylist()]
+    budget = {(r["setting"], r["temperature"]): r for r in rows if r["method"] == "budget"}
+    assert len(budget) == 4  # settings 8 and 16 at both temperatures
+    for (setting, _), r in budget.items():
+        info = json.loads(r["info"])
+        if setting == "16":  # the chosen budget: timed at concurrency 1 like every method
+            assert r["latency_s"] is not None and "batched" not in info
+        else:  # the rest of the sweep: accuracy and think tokens only
+            assert r["latency_s"] is None and info["batched"]
