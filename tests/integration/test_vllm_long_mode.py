@@ -17,7 +17,7 @@ from specexit_core.toy.task import problems
 from specexit_core.toy.teacher_eval import prompt_ids
 from specexit_core.vllm_env import apply_cpu_defaults, toy_llm_kwargs
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow(minutes=2)]
+pytestmark = [pytest.mark.vllm, pytest.mark.slow(minutes=4)]
 MAX_TOKENS = 200
 NGRAM_ONLY = {"specexit": False, "long": {"ngram": True, "ngram_min": 2}}
 
