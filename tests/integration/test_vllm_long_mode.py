@@ -5,8 +5,6 @@ SpecExit. Lossless: greedy output equals EAGLE-3 without the mode and plain deco
 own forward), with the penalty equal to plain decoding with the same penalty (longgen/plain.py).
 """
 
-import os
-
 import pytest
 
 from specexit_core.longgen.penalty import PenaltyConfig
@@ -20,14 +18,6 @@ from specexit_core.vllm_env import apply_cpu_defaults, toy_llm_kwargs
 pytestmark = [pytest.mark.vllm, pytest.mark.slow(minutes=4)]
 MAX_TOKENS = 200
 NGRAM_ONLY = {"specexit": False, "long": {"ngram": True, "ngram_min": 2}}
-
-
-@pytest.fixture(scope="module")
-def telemetry_dir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("telemetry")
-    os.environ["SPECEXIT_TELEMETRY_DIR"] = str(d)  # inherited by the engine's worker process
-    yield d
-    os.environ.pop("SPECEXIT_TELEMETRY_DIR", None)
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,6 @@
 """SpecExit inside real vLLM engines (CPU build): the toy teacher + its shipped SpecExit draft."""
 
 import asyncio
-import os
 import subprocess
 import sys
 
@@ -28,14 +27,6 @@ def spec_kwargs(draft_dir, **kw):
         speculative_config={"method": "eagle3", "model": str(draft_dir), "num_speculative_tokens": 3},
         **kw,
     )
-
-
-@pytest.fixture(scope="module")
-def telemetry_dir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("telemetry")
-    os.environ["SPECEXIT_TELEMETRY_DIR"] = str(d)  # inherited by the engine's worker processes
-    yield d
-    os.environ.pop("SPECEXIT_TELEMETRY_DIR", None)
 
 
 @pytest.fixture(scope="module")

@@ -21,6 +21,7 @@ from pipelines.evaluate.job import aggregate
 from pipelines.evaluate.methods import Ids, Out, drive, drive_lockstep, dynasor
 from specexit_core.toy.paths import TEACHER_DIR
 from specexit_core.typed_config import ConfigError, load_config
+from support.eval_rows import eval_row
 
 HEDGES = ["wait", "hold", "but", "okay", "no", "hmm"]
 
@@ -189,22 +190,9 @@ def test_an_evaluation_takes_the_peer_settings_from_the_calibrated_file(tmp_path
 def test_the_budget_row_is_the_dev_choice_when_there_is_one():
     rows = []
     for i in range(4):
-        rows.append(dict(method="eagle3", setting="", correct=True, think_tokens=90))
-        rows.append(dict(method="budget", setting="16", correct=i < 3, think_tokens=16))
-        rows.append(dict(method="budget", setting="64", correct=True, think_tokens=60))
-    for i, r in enumerate(rows):
-        r.update(
-            problem_id=f"p{i // 3}",
-            status="ok",
-            temperature=0.0,
-            answer_tokens=3,
-            latency_s=None,
-            requests=1,
-            probe_requests=0,
-            num_drafts=None,
-            num_accepted=None,
-            info="{}",
-        )
+        rows.append(eval_row(f"p{i}", "eagle3", True, think=90))
+        rows.append(eval_row(f"p{i}", "budget", i < 3, think=16, setting="16"))
+        rows.append(eval_row(f"p{i}", "budget", True, think=60, setting="64"))
     assert aggregate(rows, tolerance=0.01)["0"]["methods"]["budget"]["chosen_on"] == "this run"
     b = aggregate(rows, tolerance=0.01, budget_chosen=16)["0"]["methods"]["budget"]
     assert b["setting"] == 16 and b["chosen_on"] == "dev" and b["accuracy"] == 0.75

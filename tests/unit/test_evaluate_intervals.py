@@ -1,8 +1,6 @@
 """Bootstrap intervals (paired by problem), the per-problem method order, the calibration grid's
 edge flag, and how aggregation uses them (pure functions, no engine)."""
 
-import json
-
 import pytest
 
 from pipelines.calibrate.config import CalibrateConfig
@@ -11,6 +9,7 @@ from pipelines.evaluate.intervals import accuracy_ci95, paired_diff_ci95, within
 from pipelines.evaluate.job import aggregate, target_checks
 from pipelines.evaluate.order import method_order
 from specexit_core.exit import ExitConfig
+from support.eval_rows import eval_row
 
 
 def test_accuracy_ci95_contains_the_mean_and_is_seeded():
@@ -62,23 +61,7 @@ def test_grid_edges_flags_a_choice_at_an_end():
 
 
 def _row(pid, m, correct, lat, setting="", timed=True):
-    info = {} if timed else {"timed": False}
-    return dict(
-        problem_id=pid,
-        method=m,
-        setting=setting,
-        temperature=0.0,
-        status="ok",
-        correct=correct,
-        think_tokens=10,
-        answer_tokens=5,
-        latency_s=lat,
-        requests=1,
-        probe_requests=0,
-        num_drafts=None,
-        num_accepted=None,
-        info=json.dumps(info),
-    )
+    return eval_row(pid, m, correct, latency=lat, setting=setting, info={} if timed else {"timed": False})
 
 
 def test_aggregate_intervals_and_timed_subset():

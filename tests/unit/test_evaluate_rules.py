@@ -24,6 +24,7 @@ from pipelines.report.job import pareto_front
 from specexit_core.exit import ExitConfig, decide
 from specexit_core.exit.replay import exit_checks, first_exit
 from specexit_core.typed_config import load_config
+from support.eval_rows import eval_row
 
 
 def test_deer_confidence_means():
@@ -80,21 +81,17 @@ def test_best_setting():
 
 
 def _row(pid, m, correct, think, lat, setting="", status="ok", drafts=10, acc=20, t=0.0):
-    return dict(
-        problem_id=pid,
-        method=m,
+    return eval_row(
+        pid,
+        m,
+        correct,
+        think=think,
+        latency=lat,
         setting=setting,
-        temperature=t,
         status=status,
-        correct=correct,
-        think_tokens=think,
-        answer_tokens=5,
-        latency_s=lat,
-        requests=1,
-        probe_requests=0,
-        num_drafts=drafts,
-        num_accepted=acc,
-        info="{}",
+        drafts=drafts,
+        accepted=acc,
+        temperature=t,
     )
 
 
