@@ -290,14 +290,6 @@ def run_calibration(cfg: CalibrateConfig) -> dict:
             for e in (c or {}).get("at_grid_edge", []):
                 log.warning("calibrate: %s: the chosen %s: widen the grid", name, e)
     if cfg.confirm:
-        peer_update = {}
-        if peers:
-            peer_update = {
-                "deer": ev.deer.model_copy(update=peers.get("deer", {})),
-                "dynasor": ev.dynasor.model_copy(update=peers.get("dynasor", {})),
-                "budget_sweep": [peers["budget"]] if "budget" in peers else ev.budget_sweep,
-                "budget_chosen": peers.get("budget"),
-            }
         conf_ev = ev.model_copy(
             update={
                 "methods": ["eagle3", "specexit"] + (["budget", "deer", "dynasor"] if peers else []),
@@ -305,9 +297,9 @@ def run_calibration(cfg: CalibrateConfig) -> dict:
                 "signals": False,
                 "peer_probes": False,
                 "output": ev.output.rstrip("/") + "-confirm",
-                **peer_update,
+                "budget_sweep": [] if peers and "budget" in peers else ev.budget_sweep,  # only the chosen one
             }
-        )
+        ).with_peers(peers)
         shutil.rmtree(conf_ev.output, ignore_errors=True)  # derived from this choice: never resume it
         res = run_evaluation(conf_ev)
         m = res["methods"]

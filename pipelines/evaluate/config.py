@@ -143,7 +143,11 @@ class EvalConfig(StrictModel):
             return self
         import json
 
-        peers = json.loads(Path(self.calibrated).read_text()).get("peers")
+        return self.with_peers(json.loads(Path(self.calibrated).read_text()).get("peers"))
+
+    def with_peers(self, peers: dict[str, Any] | None) -> EvalConfig:
+        """A copy with a calibrated "peers" block applied: DEER / Dynasor settings, the chosen budget
+        (added to the sweep). Validated: an unknown key is an error."""
         if not peers:
             return self
         upd: dict[str, Any] = {}
