@@ -11,57 +11,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 
 import torch
 
+from specexit_core.longgen.diversity import distinct_n
 from specexit_core.longgen.engine import LongGenConfig, LongGenEngine
-from specexit_core.longgen.heads import load_heads, save_heads
-from specexit_core.longgen.partial_kv import PartialKVConfig
-from specexit_core.longgen.penalty import PenaltyConfig, penalise
+from specexit_core.longgen.heads import load_heads
 from specexit_core.longgen.plain import NO_PENALTY, plain_decode
-from specexit_core.longgen.train_heads import HeadTrainConfig, head_accuracy, train_heads
+from specexit_core.longgen.toy_setup import DEMO_PENALTY, TOY_KV, train_toy_heads
 from specexit_core.longgen.tree import TreeConfig
-
-TOY_KV = PartialKVConfig(budget=128, sinks=8, room=32)  # the drafter reads <= 128 of up to ~480 positions
-DEMO_PENALTY = PenaltyConfig(theta=1.2, window=64)  # W scaled down from TokenSwift's 1024 to the toy's lengths
-
-
-@torch.inference_mode()
-def teacher_continuations(model, prompts: list[list[int]], length: int, temperature: float, seed: int, penalty):
-    """Batched sampling from the teacher, EOS ignored (left padding); returns prompt + continuation per row."""
-    gen = torch.Generator().manual_seed(seed)
-    n = max(len(p) for p in prompts)
-    ids = torch.zeros(len(prompts), n, dtype=torch.long)
-    att = torch.zeros(len(prompts), n, dtype=torch.long)
-    for r, p in enumerate(prompts):
-        ids[r, n - len(p) :], att[r, n - len(p) :] = torch.tensor(p), 1
-    pos = (att.cumsum(-1) - 1).clamp(min=0)
-    out = [list(p) for p in prompts]
-    cur, cur_pos, past = ids, pos, None
-    for _ in range(length):
-        o = model(input_ids=cur, attention_mask=att, position_ids=cur_pos, past_key_values=past, use_cache=True)
-        past, logits = o.past_key_values, o.logits[:, -1].float()
-        if penalty.enabled:
-            present = torch.zeros_like(logits, dtype=torch.bool)
-            for r, seq in enumerate(out):
-                present[r, seq[-penalty.window :]] = True
-            logits = penalise(logits, present, penalty.theta)
-        nxt = torch.multinomial(torch.softmax(logits / temperature, -1), 1, generator=gen)
-        for r, t in enumerate(nxt[:, 0].tolist()):
-            out[r].append(t)
-        cur, cur_pos = nxt, cur_pos[:, -1:] + 1
-        att = torch.cat([att, torch.ones(len(prompts), 1, dtype=att.dtype)], -1)
-    return out
-
-
-def distinct_n(tokens: list[int], n_max: int = 4) -> float:
-    """Mean of Distinct-1..n_max (unique n-grams / n-grams), the diversity figure TokenSwift reports."""
-    vals = []
-    for n in range(1, n_max + 1):
-        grams = [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
-        vals.append(len(set(grams)) / len(grams) if grams else 0.0)
-    return sum(vals) / len(vals)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -143,20 +101,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _train(model, tok, eng: LongGenEngine, args, length: int):
     """Heads trained on the teacher's own sampled continuations (half of them with the penalty on)."""
-    from specexit_core.toy import task
-    from specexit_core.toy.teacher_eval import prompt_ids
-
-    prompts = [prompt_ids(tok, p) for p in task.problems("train", args.train_seqs + 8, seed=1)]
-    t0 = time.perf_counter()
-    half = args.train_seqs // 2
-    seqs = teacher_continuations(model, prompts[:half], length, 0.7, 0, NO_PENALTY)
-    seqs += teacher_continuations(model, prompts[half : args.train_seqs], length, 0.7, 1, DEMO_PENALTY)
-    held = teacher_continuations(model, prompts[args.train_seqs :], length, 0.7, 2, NO_PENALTY)
-    gen_s = time.perf_counter() - t0
-    heads, info = train_heads(eng.target, seqs, HeadTrainConfig(steps=args.train_steps))
-    info.update(data_s=gen_s, head_top1=head_accuracy(heads, eng.target, held), saved=str(args.heads_out))
-    save_heads(heads, args.heads_out)
-    return heads, info
+    return train_toy_heads(
+        model, tok, eng.target, length=length, seqs=args.train_seqs, steps=args.train_steps, out=args.heads_out
+    )
 
 
 def _fastest(repeats: int, fn, *args, **kwargs):

@@ -1,0 +1,67 @@
+"""What the TokenSwift demo and `specexit bench longgen` share on the toy teacher: its partial-KV and penalty
+settings (scaled to its 512 positions) and draft heads trained on the teacher's own continuations."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+
+from specexit_core.longgen.heads import save_heads
+from specexit_core.longgen.partial_kv import PartialKVConfig
+from specexit_core.longgen.penalty import PenaltyConfig, penalise
+from specexit_core.longgen.plain import NO_PENALTY
+from specexit_core.longgen.train_heads import HeadTrainConfig, head_accuracy, train_heads
+
+TOY_KV = PartialKVConfig(budget=128, sinks=8, room=32)  # the drafter reads <= 128 of up to ~480 positions
+DEMO_PENALTY = PenaltyConfig(theta=1.2, window=64)  # W scaled down from TokenSwift's 1024 to the toy's lengths
+
+
+@torch.inference_mode()
+def teacher_continuations(model, prompts: list[list[int]], length: int, temperature: float, seed: int, penalty):
+    """Batched sampling from the teacher, EOS ignored (left padding); returns prompt + continuation per row."""
+    gen = torch.Generator().manual_seed(seed)
+    n = max(len(p) for p in prompts)
+    ids = torch.zeros(len(prompts), n, dtype=torch.long)
+    att = torch.zeros(len(prompts), n, dtype=torch.long)
+    for r, p in enumerate(prompts):
+        ids[r, n - len(p) :], att[r, n - len(p) :] = torch.tensor(p), 1
+    pos = (att.cumsum(-1) - 1).clamp(min=0)
+    out = [list(p) for p in prompts]
+    cur, cur_pos, past = ids, pos, None
+    for _ in range(length):
+        o = model(input_ids=cur, attention_mask=att, position_ids=cur_pos, past_key_values=past, use_cache=True)
+        past, logits = o.past_key_values, o.logits[:, -1].float()
+        if penalty.enabled:
+            present = torch.zeros_like(logits, dtype=torch.bool)
+            for r, seq in enumerate(out):
+                present[r, seq[-penalty.window :]] = True
+            logits = penalise(logits, present, penalty.theta)
+        nxt = torch.multinomial(torch.softmax(logits / temperature, -1), 1, generator=gen)
+        for r, t in enumerate(nxt[:, 0].tolist()):
+            out[r].append(t)
+        cur, cur_pos = nxt, cur_pos[:, -1:] + 1
+        att = torch.cat([att, torch.ones(len(prompts), 1, dtype=att.dtype)], -1)
+    return out
+
+
+def train_toy_heads(model, tok, target, *, length: int, seqs: int, steps: int, out: str | Path | None):
+    """Heads trained on the teacher's own sampled continuations of `length` tokens (T = 0.7, half of them with
+    DEMO_PENALTY on), on `seqs` train-split prompts; 8 more held out for the heads' top-1 accuracy. Saved to
+    `out` when given. Returns (heads, info)."""
+    from specexit_core.toy import task
+    from specexit_core.toy.teacher_eval import prompt_ids
+
+    prompts = [prompt_ids(tok, p) for p in task.problems("train", seqs + 8, seed=1)]
+    t0 = time.perf_counter()
+    half = seqs // 2
+    data = teacher_continuations(model, prompts[:half], length, 0.7, 0, NO_PENALTY) if half else []
+    data += teacher_continuations(model, prompts[half:seqs], length, 0.7, 1, DEMO_PENALTY)
+    held = teacher_continuations(model, prompts[seqs:], length, 0.7, 2, NO_PENALTY)
+    gen_s = time.perf_counter() - t0
+    heads, info = train_heads(target, data, HeadTrainConfig(steps=steps))
+    info.update(data_s=gen_s, head_top1=head_accuracy(heads, target, held), saved=str(out) if out else None)
+    if out:
+        save_heads(heads, out)
+    return heads, info
