@@ -146,6 +146,89 @@ def cmd_bench_kv(args: argparse.Namespace) -> int:
     return bench_main(kv_bench_config(args), as_json=args.json, extra=provenance())
 
 
+def longgen_bench_config(args: argparse.Namespace):
+    """The `bench longgen` options given on the command line over LongGenBenchConfig's defaults."""
+    from specexit_core.bench.longgen_bench import LongGenBenchConfig
+    from specexit_core.typed_config import load_config
+
+    def csv(v, conv):
+        return None if v is None else [conv(x) for x in v.split(",") if x.strip()]
+
+    over = {
+        "model_set": args.model_set,
+        "target": args.target,
+        "draft": args.draft,
+        "heads": args.heads,
+        "heads_out": args.heads_out,
+        "lengths": csv(args.lengths, int),
+        "temperatures": csv(args.temperatures, float),
+        "penalties": csv(args.penalties, str.strip),
+        "methods": csv(args.methods, str.strip),
+        "prompts": args.prompts,
+        "repeats": args.repeats,
+        "num_speculative_tokens": args.k,
+        "train_steps": args.train_steps,
+        "train_seqs": args.train_seqs,
+        "penalty.theta": args.theta,
+        "penalty.window": args.window,
+        "tree.widths": csv(args.tree_widths, int),
+        "tree.ngram_top_k": args.ngram_branches,
+    }
+    if (args.theta is None) != (args.window is None):  # the other one from the model set's penalty
+        from specexit_core.bench.longgen_bench import default_penalty
+
+        pen = default_penalty(args.model_set or "toy")
+        over["penalty.theta"] = pen.theta if args.theta is None else args.theta
+        over["penalty.window"] = pen.window if args.window is None else args.window
+    return load_config(LongGenBenchConfig, raw={}, overrides=over, what="bench longgen")
+
+
+def cmd_bench_longgen(args: argparse.Namespace) -> int:
+    from pipelines.common.provenance import provenance
+    from specexit_core.bench.longgen_bench import main as bench_main
+    from specexit_core.typed_config import ConfigError
+
+    try:
+        cfg = longgen_bench_config(args)
+        return bench_main(cfg, as_json=args.json, extra=provenance())
+    except ConfigError as e:
+        print(f"specexit bench longgen: {e}", file=sys.stderr)
+        return 2
+
+
+def cmd_long_writer_build(args: argparse.Namespace) -> int:
+    from specexit_core.teachers.long_writer import LONG_WRITER_DIR
+    from specexit_core.teachers.long_writer_build import LongWriterBuildConfig, build
+
+    d = json.loads(Path(args.config).read_text()) if args.config else {}
+    if args.steps is not None:
+        d["steps"] = args.steps
+    build(LongWriterBuildConfig.from_json(d), Path(args.out or LONG_WRITER_DIR))
+    return 0
+
+
+def cmd_long_writer_check(args: argparse.Namespace) -> int:
+    from specexit_core.teachers.long_writer import LONG_WRITER_DIR
+    from specexit_core.teachers.long_writer_check import check, meets_target
+
+    model = args.model or str(LONG_WRITER_DIR)
+    if args.engine == "vllm":
+        from specexit_core.bench.long_writer_vllm import make_long_writer_llm, vllm_check
+
+        res = vllm_check(make_long_writer_llm(model), length=args.length, n_prompts=args.prompts, seed=args.seed)
+        for r in res["prompts"]:
+            r.pop("token_ids")
+    else:
+        res = check(model, length=args.length, n_prompts=args.prompts, seed=args.seed, threads=args.threads)
+    if args.json:
+        print(json.dumps(res, indent=2))
+    else:
+        for r in res["prompts"]:
+            buckets = "  ".join(f"{k}: {b['correct']:.4f} ({b['steps']})" for k, b in r["buckets"].items())
+            print(f"{r['prompt']}: {r['tokens']} tokens, {r['correct']:.4f} of {r['steps']} steps correct  [{buckets}]")
+    return 0 if meets_target(res) else 1
+
+
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from pipelines.calibrate.job import main as calibrate_main
 
@@ -301,6 +384,50 @@ def build_parser() -> argparse.ArgumentParser:
     bk.add_argument("--max-tokens", type=int, help="tokens per pressure request at most")
     bk.add_argument("--exit-config", help="calibrated exit JSON for specexit (default: the draft's defaults)")
     bk.set_defaults(func=cmd_bench_kv)
+    bl = be.add_parser(
+        "longgen",
+        help="long generation: plain vs EAGLE-3, the TokenSwift engine and the in-vLLM long mode, per length, "
+        "temperature and penalty (tokens per forward, acceptance, Distinct-n, drafter KV, speed-up vs plain)",
+    )
+    # unset options keep LongGenBenchConfig's defaults (specexit_core/bench/longgen_bench.py: their one home)
+    bl.add_argument("--json", action="store_true", help='end with one JSON line {"rows": [...], ...}')
+    bl.add_argument("--model-set", choices=["toy", "long-writer"], help="target + EAGLE-3 draft + heads (default: toy)")
+    bl.add_argument("--target", help="target model folder (overrides the model set's)")
+    bl.add_argument("--draft", help="EAGLE-3 (SpecExit) draft folder for the vLLM rows")
+    bl.add_argument("--heads", help="TokenSwift heads folder (default toy: trained in-process)")
+    bl.add_argument("--heads-out", help="where in-process trained heads are saved")
+    bl.add_argument("--lengths", help="generated tokens, comma-separated (toy: at most ~470)")
+    bl.add_argument("--temperatures", help="comma-separated; 0 = greedy (default 0,0.6)")
+    bl.add_argument("--penalties", help="off,on (default both)")
+    bl.add_argument("--theta", type=float, help="contextual penalty theta when on (toy default 1.2)")
+    bl.add_argument("--window", type=int, help="contextual penalty window when on (toy default 64)")
+    bl.add_argument("--methods", help="comma-separated subset of plain,eagle3,tokenswift,vllm_long")
+    bl.add_argument("--prompts", type=int, help="test prompts per row")
+    bl.add_argument("--repeats", type=int, help="runs per prompt and method (the fastest counts)")
+    bl.add_argument("--k", type=int, help="EAGLE-3 draft tokens per step")
+    bl.add_argument("--tree-widths", help="TokenSwift tree top-k per depth, e.g. 1,3,3,3")
+    bl.add_argument("--ngram-branches", type=int, help="TokenSwift n-gram branches per depth-1 token")
+    bl.add_argument("--train-steps", type=int, help="in-process heads training steps (toy)")
+    bl.add_argument("--train-seqs", type=int, help="in-process heads training sequences (toy)")
+    bl.set_defaults(func=cmd_bench_longgen)
+
+    lw = sub.add_parser("long-writer", help="the built-in teacher that writes 16K+ checkable tokens").add_subparsers(
+        dest="long_writer_cmd", required=True
+    )
+    lb = lw.add_parser("build", help="train it from scratch on short PoSE windows (fixed seed, ~20 min on 2 cores)")
+    lb.add_argument("--out", help="output folder (default: the shipped one)")
+    lb.add_argument("--config", help="LongWriterBuildConfig JSON (unknown keys are errors)")
+    lb.add_argument("--steps", type=int, help="override the number of training steps")
+    lb.set_defaults(func=cmd_long_writer_build)
+    lc = lw.add_parser("check", help="greedy outputs of --length tokens on test prompts, every step scored")
+    lc.add_argument("--model", help="model folder (default: the shipped one)")
+    lc.add_argument("--length", type=int, default=16384)
+    lc.add_argument("--prompts", type=int, default=3)
+    lc.add_argument("--seed", type=int, default=0)
+    lc.add_argument("--threads", type=int, default=1)
+    lc.add_argument("--engine", choices=["target", "vllm"], default="target")
+    lc.add_argument("--json", action="store_true")
+    lc.set_defaults(func=cmd_long_writer_check)
 
     ca = sub.add_parser("calibrate", help="pick exit thresholds on a dev split (fastest within an accuracy tolerance)")
     ca.add_argument("--config", default="examples/toy/calibrate.yaml", help="CalibrateConfig YAML")
