@@ -1,0 +1,63 @@
+"""The long writer: a built-in teacher that writes 16K+ checkable tokens (issue #14, item 2).
+
+A tiny standard `Qwen3ForCausalLM` (loads in transformers, in `longgen.target.Target` and in vLLM 0.32 CPU)
+with its own word-level tokenizer, trained by `long_writer_build` on the walk of `long_writer_task`. It exists
+to benchmark long generation (TokenSwift-style engines, `specexit bench longgen`) at 1K, 4K and 16K tokens on
+a model whose every output step can be scored. Shipped under `assets/long_writer/` (weights in bf16; load in
+float32 for parity between transformers and vLLM), TokenSwift draft heads for it under
+`assets/long_writer_heads/`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from transformers import Qwen3Config
+
+ASSETS = Path(__file__).resolve().parent / "assets"
+LONG_WRITER_DIR = ASSETS / "long_writer"
+LONG_WRITER_HEADS_DIR = ASSETS / "long_writer_heads"
+MAX_OUTPUT_TOKENS = 20000  # what the build trains positions for (16K + margin), prompt excluded
+MAX_MODEL_LEN = 20480  # max_position_embeddings = prompt + MAX_OUTPUT_TOKENS, rounded up
+
+
+@dataclass(frozen=True)
+class LongWriterArch:
+    hidden_size: int = 256
+    num_hidden_layers: int = 3
+    num_attention_heads: int = 4
+    num_key_value_heads: int = 2  # GQA
+    head_dim: int = 64
+    intermediate_size: int = 768
+    max_position_embeddings: int = MAX_MODEL_LEN
+    # Long-context models raise RoPE's base so the slowest frequencies barely turn over the whole context
+    # (Qwen2.5 uses 1e6 for 32K): content lookups 16K back then see nearly the rotation they saw nearby.
+    rope_theta: float = 1e6
+    vocab_size: int = 224  # the tokenizer has 223 tokens; rounded up to a multiple of 16
+
+    def hf_config(self, *, bos_token_id: int, eos_token_id: int, pad_token_id: int) -> Qwen3Config:
+        return Qwen3Config(
+            vocab_size=self.vocab_size,
+            hidden_size=self.hidden_size,
+            intermediate_size=self.intermediate_size,
+            num_hidden_layers=self.num_hidden_layers,
+            num_attention_heads=self.num_attention_heads,
+            num_key_value_heads=self.num_key_value_heads,
+            head_dim=self.head_dim,
+            max_position_embeddings=self.max_position_embeddings,
+            rope_theta=self.rope_theta,
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=True,
+            bos_token_id=bos_token_id,
+            eos_token_id=eos_token_id,
+            pad_token_id=pad_token_id,
+            architectures=["Qwen3ForCausalLM"],
+        )
+
+
+def load_long_writer(model_dir: str | Path = LONG_WRITER_DIR, threads: int | None = None):
+    """(model in float32, eval mode; tokenizer) from a built folder."""
+    from specexit_core.toy.hf_generate import load_teacher
+
+    return load_teacher(model_dir, threads=threads)

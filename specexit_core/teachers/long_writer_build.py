@@ -1,0 +1,156 @@
+"""`specexit long-writer build`: train the long writer from scratch (fixed seed, CPU) on short PoSE windows.
+
+Training at 16K on 2 cores is out of reach, so every training sequence is a short window (~500 tokens)
+whose *position ids* are those the same tokens would have in a 20K-token output (positional skip-wise
+training, PoSE, Zhu et al. 2023): the prompt at positions 0..10, then 1-3 chunks of consecutive walk lines,
+each chunk at its true place (line j starts at prompt + 9 j) anywhere up to `MAX_OUTPUT_TOKENS`, with gaps
+in between. The walk can be written from a line index alone, so any chunk is synthesised without generating
+what precedes it. RoPE only sees relative distances, so this shows the model every distance it meets in a
+16K output: chunk -> prompt (the far lookups of A and B, and S, T for line 0) and chunk -> earlier chunk up
+to 20K, next to the local distances inside a chunk. A chunk's first line has no loss (its previous line is
+not in the window), except for a chunk that starts at line 0 (its previous "line" is the prompt).
+
+Position ids travel to the loss as a second channel of the ids tensor (`train_loop.train` passes the batch
+through untouched). The attention mask is passed explicitly: without one, transformers reads position-id
+jumps as packed sequences and would cut the chunks off from the prompt.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+from pathlib import Path
+
+import torch
+from pydantic import Field
+
+from specexit_core.teachers.long_writer import MAX_OUTPUT_TOKENS, LongWriterArch
+from specexit_core.teachers.long_writer_task import LINE_TOKENS, WalkPrompt, sample_prompt
+from specexit_core.teachers.long_writer_tokenizer import BOS, build_tokenizer
+from specexit_core.toy.train_loop import TrainRecipe, train
+from specexit_core.typed_config import StrictModel
+
+log = logging.getLogger("specexit.teachers.long_writer")
+BUILD_CONFIG = "build_config.json"
+
+
+class PoseWindows(StrictModel):
+    """How training windows are cut and placed (see the module docstring)."""
+
+    window_tokens: int = 512  # prompt + chain tokens per training sequence (at most)
+    max_chunks: int = 3  # chain chunks per window, 1..max_chunks, each at its true position
+    min_chunk_lines: int = 4
+    start_at_zero: float = 0.2  # share of windows whose first chunk is the walk's beginning
+    max_output_tokens: int = MAX_OUTPUT_TOKENS  # positions trained: a chunk ends before this output token
+
+
+class LongWriterBuildConfig(TrainRecipe):
+    """The long writer's recipe (`--config FILE`, and `build_config.json` beside the weights)."""
+
+    arch: LongWriterArch = Field(default_factory=LongWriterArch)
+    pose: PoseWindows = Field(default_factory=PoseWindows)
+    steps: int = 900
+    batch_size: int = 32
+    lr: float = 3e-3
+    warmup_steps: int = 60
+    log_every: int = 25
+
+
+class LineIds:
+    """Token ids of walk lines without running the tokenizer per line (batch making stays ~1% of a step)."""
+
+    def __init__(self, tok):
+        self.tok = tok
+        ids = tok.convert_tokens_to_ids
+        self.step, self.colon, self.comma, self.dot, self.nl = ids(["Step", " :", " ,", " .", "\n"])
+        self.num = ids([f" {v}" for v in range(100)])
+
+    def __call__(self, prompt: WalkPrompt, i: int) -> list[int]:
+        h, lo, x, y = prompt.state(i)
+        n = self.num
+        return [self.step, n[h], n[lo], self.colon, n[x], self.comma, n[y], self.dot, self.nl]
+
+
+def window(
+    prompt: WalkPrompt, rng: random.Random, cfg: PoseWindows, lines: LineIds
+) -> tuple[list[int], list[int], list[int]]:
+    """(ids, labels, position ids) of one PoSE window of `prompt`'s walk."""
+    p_ids = lines.tok(prompt.text, add_special_tokens=False)["input_ids"]
+    n_lines = (cfg.window_tokens - len(p_ids)) // LINE_TOKENS
+    k = rng.randint(1, cfg.max_chunks)
+    cuts = sorted(rng.sample(range(cfg.min_chunk_lines, n_lines - cfg.min_chunk_lines + 1), k - 1)) if k > 1 else []
+    sizes = [b - a for a, b in zip([0, *cuts], [*cuts, n_lines])]
+    if any(s < cfg.min_chunk_lines for s in sizes):  # two cuts too close: one chunk
+        sizes = [n_lines]
+    # gaps: sorted uniform points over the free lines, so chunks are ordered and never overlap
+    free = cfg.max_output_tokens // LINE_TOKENS - n_lines
+    points = sorted(rng.randint(0, free) for _ in sizes)
+    if rng.random() < cfg.start_at_zero:
+        points[0] = 0
+    ids, labels, pos = list(p_ids), [-100] * len(p_ids), list(range(len(p_ids)))
+    before = 0
+    for size, point in zip(sizes, points):
+        start = point + before  # first line index of the chunk
+        before += size
+        for i in range(start, start + size):
+            line = lines(prompt, i)
+            ids += line
+            labels += line if (i > start or i == 0) else [-100] * len(line)
+            pos += range(len(p_ids) + i * LINE_TOKENS, len(p_ids) + (i + 1) * LINE_TOKENS)
+    return ids, labels, pos
+
+
+def batches(cfg: LongWriterBuildConfig, tok):
+    """Endless batches of (ids and position ids stacked [B, 2, T], labels [B, T], attention [B, T])."""
+    rng = random.Random(cfg.seed)
+    lines = LineIds(tok)
+    while True:
+        rows = [window(sample_prompt(rng, "train"), rng, cfg.pose, lines) for _ in range(cfg.batch_size)]
+        n = max(len(r[0]) for r in rows)
+        x = torch.zeros(len(rows), 2, n, dtype=torch.long)
+        lab = torch.full((len(rows), n), -100, dtype=torch.long)
+        att = torch.zeros(len(rows), n, dtype=torch.long)
+        for r, (ids, labels, pos) in enumerate(rows):
+            x[r, 0, : len(ids)], x[r, 1, : len(ids)] = torch.tensor(ids), torch.tensor(pos)
+            lab[r, : len(ids)], att[r, : len(ids)] = torch.tensor(labels), 1
+        yield x, lab, att
+
+
+def pose_loss(model, x: torch.Tensor, lab: torch.Tensor, att: torch.Tensor) -> torch.Tensor:
+    return model(input_ids=x[:, 0], position_ids=x[:, 1], attention_mask=att, labels=lab).loss
+
+
+def build(cfg: LongWriterBuildConfig, out_dir: Path) -> Path:
+    from transformers import GenerationConfig, Qwen3ForCausalLM
+
+    torch.manual_seed(cfg.seed)
+    torch.set_num_threads(cfg.threads)
+    tok = build_tokenizer()
+    hf_cfg = cfg.arch.hf_config(
+        bos_token_id=tok.convert_tokens_to_ids(BOS), eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id
+    )
+    model = Qwen3ForCausalLM(hf_cfg)
+    log.info(
+        "long writer: %.2fM parameters, %d steps x %d windows of <= %d tokens",
+        sum(p.numel() for p in model.parameters()) / 1e6,
+        cfg.steps,
+        cfg.batch_size,
+        cfg.pose.window_tokens,
+    )
+    t0 = time.time()
+    train(model, batches(cfg, tok), pose_loss, cfg, log)
+    train_s = time.time() - t0
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.config.dtype = torch.bfloat16
+    model.to(torch.bfloat16).save_pretrained(out_dir, safe_serialization=True)
+    tok.save_pretrained(out_dir)
+    # EOS is never trained: the walk does not end, generation stops at the length asked for
+    GenerationConfig(
+        bos_token_id=hf_cfg.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, do_sample=False
+    ).save_pretrained(out_dir)
+    (out_dir / BUILD_CONFIG).write_text(json.dumps({**cfg.to_json(), "train_s": round(train_s, 1)}, indent=2) + "\n")
+    log.info("saved the long writer to %s (%.0fs of training)", out_dir, train_s)
+    return out_dir
