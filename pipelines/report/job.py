@@ -3,7 +3,8 @@
     python -m pipelines.report RUN_DIR [--out DIR]
 
 (A folder of `python -m pipelines.evaluate.generalisation` gets the "Does the exit generalise?"
-report instead: `pipelines/report/generalisation.py`.)
+report instead: `pipelines/report/generalisation.py`; a `specexit bench longgen --json` result file, the
+long-generation report: `pipelines/report/longgen.py`.)
 
 - `pareto.png`: accuracy vs think tokens, one point per method and per budget setting, the Pareto
   front dashed (one panel per temperature);
@@ -366,11 +367,16 @@ def _split_ids(run_dir: Path) -> set[int] | None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m pipelines.report", description="report of an evaluation run")
-    ap.add_argument("run_dir")
+    ap.add_argument("run_dir", help="evaluation (or generalisation) folder, or a bench longgen JSON file")
     ap.add_argument("--out", help="output folder (default: the run folder)")
     a = ap.parse_args(argv)
     from pipelines.report.generalisation import SUMMARY_FILE, write_generalisation_report
 
+    if Path(a.run_dir).is_file():  # a `specexit bench longgen --json` result: pipelines/report/longgen.py
+        from pipelines.report.longgen import write_longgen_report
+
+        print(write_longgen_report(a.run_dir, a.out))
+        return 0
     if (Path(a.run_dir) / SUMMARY_FILE).exists():  # a generalisation run: one evaluation per distribution
         print(write_generalisation_report(a.run_dir, a.out))
         return 0

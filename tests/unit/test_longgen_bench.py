@@ -241,3 +241,22 @@ def test_plain_penalty_window_context():
     assert window_context([1, 2, 3], [4, 5, 6, 7, 8], 4) == [5, 6, 7, 8]
     assert window_context([1, 2], [], 5) == [1, 2]
     assert window_context([1, 2], [3], 0) == []
+
+
+# ------------------------------------------------------------------ the report's plots
+def test_report_from_the_json_line(tmp_path):
+    from pipelines.report.job import main as report_main
+    from pipelines.report.longgen import ACCEPTANCE_PLOT, SPEEDUP_PLOT, series
+
+    cfg = LongGenBenchConfig(lengths=[16, 32], temperatures=[0.0, 0.6])
+    rows = lb.measure(cfg, _fake_runners([]), [[1, 2]])
+    f = tmp_path / "longgen.json"
+    f.write_text("table line\n" + json.dumps({"rows": rows, "targets": lb.targets(rows), "skipped": {}}) + "\n")
+    s = series(rows, "speedup_vs_plain")
+    assert s[(0.0, "on", "vllm_long")] == [(16, pytest.approx(3.0)), (32, pytest.approx(3.0))]
+    assert not any(m == "plain" for _, _, m in s)
+    assert report_main([str(f), "--out", str(tmp_path / "rep")]) == 0  # python -m pipelines.report FILE
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "| 32 | 0.6 | on | vllm_long | vllm |" in md and "not measurable here" in md
+    for png in (SPEEDUP_PLOT, ACCEPTANCE_PLOT):
+        assert (tmp_path / "rep" / png).stat().st_size > 1000
