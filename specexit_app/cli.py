@@ -198,12 +198,12 @@ def cmd_bench_longgen(args: argparse.Namespace) -> int:
 
 def cmd_long_writer_build(args: argparse.Namespace) -> int:
     from specexit_core.teachers.long_writer import LONG_WRITER_DIR
-    from specexit_core.teachers.long_writer_build import LongWriterBuildConfig, build
+    from specexit_core.teachers.long_writer_build import build, load_recipe
 
-    d = json.loads(Path(args.config).read_text()) if args.config else {}
+    cfg = load_recipe(json.loads(Path(args.config).read_text()) if args.config else {})
     if args.steps is not None:
-        d["steps"] = args.steps
-    build(LongWriterBuildConfig.from_json(d), Path(args.out or LONG_WRITER_DIR))
+        cfg = load_recipe({**cfg.to_json(), "steps": args.steps})
+    build(cfg, Path(args.out or LONG_WRITER_DIR))
     return 0
 
 
@@ -220,6 +220,16 @@ def cmd_long_writer_check(args: argparse.Namespace) -> int:
             r.pop("token_ids")
     else:
         res = check(model, length=args.length, n_prompts=args.prompts, seed=args.seed, threads=args.threads)
+    if args.output or args.record:
+        from pipelines.common.provenance import provenance
+        from specexit_core.teachers.long_writer_check import record
+
+        res = {**provenance(), **res}
+        if args.output:
+            Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.output).write_text(json.dumps(res, indent=2) + "\n")
+        if args.record:
+            record(Path(model), res)
     if args.json:
         print(json.dumps(res, indent=2))
     else:
@@ -416,7 +426,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     lb = lw.add_parser("build", help="train it from scratch on short PoSE windows (fixed seed, ~20 min on 2 cores)")
     lb.add_argument("--out", help="output folder (default: the shipped one)")
-    lb.add_argument("--config", help="LongWriterBuildConfig JSON (unknown keys are errors)")
+    lb.add_argument("--config", help="recipe JSON, or a shipped build_config.json")
     lb.add_argument("--steps", type=int, help="override the number of training steps")
     lb.set_defaults(func=cmd_long_writer_build)
     lc = lw.add_parser("check", help="greedy outputs of --length tokens on test prompts, every step scored")
@@ -427,6 +437,8 @@ def build_parser() -> argparse.ArgumentParser:
     lc.add_argument("--threads", type=int, default=1)
     lc.add_argument("--engine", choices=["target", "vllm"], default="target")
     lc.add_argument("--json", action="store_true")
+    lc.add_argument("--output", help="also write the raw JSON (with command, commit, machine, date) here")
+    lc.add_argument("--record", action="store_true", help="add the per-bucket results to the model's build_config.json")
     lc.set_defaults(func=cmd_long_writer_check)
 
     ca = sub.add_parser("calibrate", help="pick exit thresholds on a dev split (fastest within an accuracy tolerance)")

@@ -34,7 +34,7 @@ class LongWriterArch:
     # Long-context models raise RoPE's base so the slowest frequencies barely turn over the whole context
     # (Qwen2.5 uses 1e6 for 32K): content lookups 16K back then see nearly the rotation they saw nearby.
     rope_theta: float = 1e6
-    vocab_size: int = 224  # the tokenizer has 223 tokens; rounded up to a multiple of 16
+    vocab_size: int = 240  # the tokenizer has 225 tokens; rounded up to a multiple of 16
 
     def hf_config(self, *, bos_token_id: int, eos_token_id: int, pad_token_id: int) -> Qwen3Config:
         return Qwen3Config(

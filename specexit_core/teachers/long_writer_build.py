@@ -3,11 +3,13 @@
 Training at 16K on 2 cores is out of reach, so every training sequence is a short window (~500 tokens)
 whose *position ids* are those the same tokens would have in a 20K-token output (positional skip-wise
 training, PoSE, Zhu et al. 2023): the prompt at positions 0..10, then 1-3 chunks of consecutive walk lines,
-each chunk at its true place (line j starts at prompt + 9 j) anywhere up to `MAX_OUTPUT_TOKENS`, with gaps
+each chunk at its true place (line j starts at prompt + 13 j) anywhere up to `MAX_OUTPUT_TOKENS`, with gaps
 in between. The walk can be written from a line index alone, so any chunk is synthesised without generating
 what precedes it. RoPE only sees relative distances, so this shows the model every distance it meets in a
-16K output: chunk -> prompt (the far lookups of A and B, and S, T for line 0) and chunk -> earlier chunk up
-to 20K, next to the local distances inside a chunk. A chunk's first line has no loss (its previous line is
+16K output: chunk -> prompt and chunk -> earlier chunk up to 20K, next to the local distances inside a chunk.
+That is what must hold at 16K: the local step reads the previous line at a fixed short distance, and the
+thousands of older tokens, at distances never seen in a plain 512-token window, must not pull attention
+away from it (line 0's lookups of the prompt's parameters are trained in the windows that start there). A chunk's first line has no loss (its previous line is
 not in the window), except for a chunk that starts at line 0 (its previous "line" is the prompt).
 
 Position ids travel to the loss as a second channel of the ids tensor (`train_loop.train` passes the batch
@@ -42,7 +44,7 @@ class PoseWindows(StrictModel):
     window_tokens: int = 512  # prompt + chain tokens per training sequence (at most)
     max_chunks: int = 3  # chain chunks per window, 1..max_chunks, each at its true position
     min_chunk_lines: int = 4
-    start_at_zero: float = 0.2  # share of windows whose first chunk is the walk's beginning
+    start_at_zero: float = 0.4  # share of windows whose first chunk is the walk's beginning (line 0 reads the prompt)
     max_output_tokens: int = MAX_OUTPUT_TOKENS  # positions trained: a chunk ends before this output token
 
 
@@ -56,6 +58,9 @@ class LongWriterBuildConfig(TrainRecipe):
     lr: float = 3e-3
     warmup_steps: int = 60
     log_every: int = 25
+    # a folder this build continues from (its weights, and its build_config.json kept as "previous"):
+    # a second stage with a fresh learning-rate schedule, for when one stage's budget stops short
+    init_from: str | None = None
 
 
 class LineIds:
@@ -64,13 +69,27 @@ class LineIds:
     def __init__(self, tok):
         self.tok = tok
         ids = tok.convert_tokens_to_ids
-        self.step, self.colon, self.comma, self.dot, self.nl = ids(["Step", " :", " ,", " .", "\n"])
+        self.step, self.colon, self.plus, self.comma, self.dot, self.nl = ids(["Step", " :", " +", " ,", " .", "\n"])
         self.num = ids([f" {v}" for v in range(100)])
 
     def __call__(self, prompt: WalkPrompt, i: int) -> list[int]:
-        h, lo, x, y = prompt.state(i)
+        h, lo, x, a, y, b = prompt.state(i)
         n = self.num
-        return [self.step, n[h], n[lo], self.colon, n[x], self.comma, n[y], self.dot, self.nl]
+        return [
+            self.step,
+            n[h],
+            n[lo],
+            self.colon,
+            n[x],
+            self.plus,
+            n[a],
+            self.comma,
+            n[y],
+            self.plus,
+            n[b],
+            self.dot,
+            self.nl,
+        ]
 
 
 def window(
@@ -122,6 +141,22 @@ def pose_loss(model, x: torch.Tensor, lab: torch.Tensor, att: torch.Tensor) -> t
     return model(input_ids=x[:, 0], position_ids=x[:, 1], attention_mask=att, labels=lab).loss
 
 
+def load_recipe(d: dict) -> LongWriterBuildConfig:
+    """A recipe from a JSON dict: a bare `LongWriterBuildConfig`, or a shipped `build_config.json`."""
+    return LongWriterBuildConfig.from_json(d.get("recipe", d))
+
+
+def machine() -> str:
+    import os
+    import platform
+
+    return (
+        f"{platform.machine()} {platform.processor() or ''}, {os.cpu_count()} cores, torch {torch.__version__}".replace(
+            "  ", " "
+        )
+    )
+
+
 def build(cfg: LongWriterBuildConfig, out_dir: Path) -> Path:
     from transformers import GenerationConfig, Qwen3ForCausalLM
 
@@ -131,7 +166,13 @@ def build(cfg: LongWriterBuildConfig, out_dir: Path) -> Path:
     hf_cfg = cfg.arch.hf_config(
         bos_token_id=tok.convert_tokens_to_ids(BOS), eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id
     )
-    model = Qwen3ForCausalLM(hf_cfg)
+    previous = None
+    if cfg.init_from:
+        model = Qwen3ForCausalLM.from_pretrained(cfg.init_from, dtype=torch.float32)
+        prev_meta = Path(cfg.init_from) / BUILD_CONFIG
+        previous = json.loads(prev_meta.read_text()) if prev_meta.exists() else None
+    else:
+        model = Qwen3ForCausalLM(hf_cfg)
     log.info(
         "long writer: %.2fM parameters, %d steps x %d windows of <= %d tokens",
         sum(p.numel() for p in model.parameters()) / 1e6,
@@ -151,6 +192,9 @@ def build(cfg: LongWriterBuildConfig, out_dir: Path) -> Path:
     GenerationConfig(
         bos_token_id=hf_cfg.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, do_sample=False
     ).save_pretrained(out_dir)
-    (out_dir / BUILD_CONFIG).write_text(json.dumps({**cfg.to_json(), "train_s": round(train_s, 1)}, indent=2) + "\n")
+    # the recipe (`--config` accepts this file as it is), the training time; `long-writer check --record` adds
+    # the measured check next to them
+    meta = {"recipe": cfg.to_json(), "train_s": round(train_s, 1), "machine": machine(), "previous": previous}
+    (out_dir / BUILD_CONFIG).write_text(json.dumps(meta, indent=2) + "\n")
     log.info("saved the long writer to %s (%.0fs of training)", out_dir, train_s)
     return out_dir

@@ -73,3 +73,16 @@ def check(
 def meets_target(result: dict, floor: float = 0.95) -> bool:
     """Every bucket of every prompt at least `floor` correct (the issue's bar: 95% up to 16K)."""
     return all(b["correct"] >= floor for r in result["prompts"] for b in r["buckets"].values())
+
+
+def record(model_dir: Path, result: dict) -> None:
+    """Add a check's summary (per prompt: steps and correctness per bucket; pooled) to the model folder's
+    `build_config.json`, keyed by engine and length, so the shipped folder says what it was measured to do."""
+    import json
+
+    path = Path(model_dir) / "build_config.json"
+    meta = json.loads(path.read_text())
+    summary = {k: result[k] for k in ("command", "commit", "date", "machine", "pooled") if k in result}
+    summary["prompts"] = [{k: v for k, v in r.items() if k != "token_ids"} for r in result["prompts"]]
+    meta.setdefault("checks", {})[f"{result.get('engine', 'target')}@{result['length']}"] = summary
+    path.write_text(json.dumps(meta, indent=2) + "\n")

@@ -1,16 +1,21 @@
 """The long writer's task: one short prompt, then an endless numbered walk whose every line a checker scores.
 
-Prompt (the "far references", 11 tokens): ``Walk from S and T by A plus B :`` with S, T in 0..99 and
-A, B in 1..9. Then line i (9 tokens, so line i starts at output token 9 i):
+Prompt (the far references, 11 tokens): ``Walk from S and T by A plus B :`` with S, T in 0..99 and A, B in
+1..9. Then line i (13 tokens, so line i starts at output token 13 i):
 
-    Step H L : X , Y .        H L = i as two numbers (i // 100, i % 100), X = (S + i A) % 100, Y = (T + i B) % 100
+    Step H L : X + A , Y + B .     H L = i as two numbers (i // 100, i % 100), X = (S + i A) % 100, Y = (T + i B) % 100
 
-Each line follows from the previous line (counter + 1 with a carry, X + A, Y + B: local dependencies) and
-from the prompt's A and B, which no line repeats (far references, up to 16K tokens back); line 0 needs S
-and T. The text repeats the way long text does without being a copy: 5 of 9 tokens per line are template
-(n-grams predict them), the counter never repeats, X and Y cycle with a period of at most 100 lines. Any line
-can be written from its index alone (`line`), which is what lets the build train on short windows placed
-anywhere in a 16K output (PoSE), without generating what comes before.
+Line 0 is written from the prompt's four parameters; every later line follows from the previous line alone
+(counter + 1 with a carry, X + A, Y + B, A and B carried over): the walk's state travels in the text, so
+coherence at 16K rests on the model doing the same local step at any position, however much text lies
+before it (the position handling the build trains), not on looking 16K tokens back. (A first design kept A
+and B in the prompt only, so that every line needed a lookup up to 16K back: in a 15-minute build the model
+learnt to guess the stride from the previous lines' difference instead and never learnt the lookup, so its
+free-running walks were wrong from line 0; docs/longgen.md.) The text repeats the way long text does without
+being a copy: 9 of 13 tokens per line are template or carried over (n-grams predict them), the counter never
+repeats, X and Y cycle with a period of at most 100 lines. Any line can be written from its index alone
+(`line`), which is what lets the build train on short windows placed anywhere in a 16K output (PoSE),
+without generating what comes before.
 
 `score` checks a generated output step by step: a step (a complete line) is *correct* when it is exactly the
 line the rule makes from the previous generated line and the prompt (line 0: from the prompt), so one
@@ -28,7 +33,8 @@ from typing import Literal
 
 MODULUS = 100  # every number is one token (0..99)
 MAX_STRIDE = 9
-LINE_TOKENS = 9
+LINE_TOKENS = 13
+State = tuple[int, int, int, int, int, int]  # H, L, X, A, Y, B
 BUCKETS = ((0, 1024), (1024, 4096), (4096, 16384), (16384, 1 << 40))
 Split = Literal["train", "test"]
 
@@ -44,14 +50,9 @@ class WalkPrompt:
     def text(self) -> str:
         return f"Walk from {self.s} and {self.t} by {self.a} plus {self.b} :\n"
 
-    def state(self, i: int) -> tuple[int, int, int, int]:
-        """Line i as numbers (H, L, X, Y)."""
-        return i // 100, i % 100, (self.s + i * self.a) % MODULUS, (self.t + i * self.b) % MODULUS
-
-    def next_state(self, prev: tuple[int, int, int, int]) -> tuple[int, int, int, int]:
-        """The rule: the line that follows `prev` (the local step, with the prompt's strides)."""
-        h, lo, x, y = prev
-        return h + (lo == 99), (lo + 1) % 100, (x + self.a) % MODULUS, (y + self.b) % MODULUS
+    def state(self, i: int) -> State:
+        """Line i as numbers (H, L, X, A, Y, B)."""
+        return i // 100, i % 100, (self.s + i * self.a) % MODULUS, self.a, (self.t + i * self.b) % MODULUS, self.b
 
     def line(self, i: int) -> str:
         return render(self.state(i))
@@ -66,18 +67,24 @@ class WalkPrompt:
         return "test" if h % 10 == 0 else "train"
 
 
-def render(state: tuple[int, int, int, int]) -> str:
-    h, lo, x, y = state
-    return f"Step {h} {lo} : {x} , {y} .\n"
+def next_state(prev: State) -> State:
+    """The rule: the line that follows `prev`, from `prev` alone (the local step)."""
+    h, lo, x, a, y, b = prev
+    return h + (lo == 99), (lo + 1) % 100, (x + a) % MODULUS, a, (y + b) % MODULUS, b
 
 
-def parse(line: str) -> tuple[int, int, int, int] | None:
-    """(H, L, X, Y) of one line (without its newline), None if it is not a well-formed line."""
+def render(state: State) -> str:
+    h, lo, x, a, y, b = state
+    return f"Step {h} {lo} : {x} + {a} , {y} + {b} .\n"
+
+
+def parse(line: str) -> State | None:
+    """(H, L, X, A, Y, B) of one line (without its newline), None if it is not a well-formed line."""
     w = line.split(" ")
-    if len(w) != 8 or w[0] != "Step" or w[3] != ":" or w[5] != "," or w[7] != ".":
+    if len(w) != 12 or [w[k] for k in (0, 3, 5, 7, 9, 11)] != ["Step", ":", "+", ",", "+", "."]:
         return None
     try:
-        nums = tuple(int(w[k]) for k in (1, 2, 4, 6))
+        nums = tuple(int(w[k]) for k in (1, 2, 4, 6, 8, 10))
     except ValueError:
         return None
     return nums if all(0 <= v < 100 for v in nums) else None  # type: ignore[return-value]
@@ -101,7 +108,7 @@ def prompts(split: Split, n: int, seed: int = 0) -> list[WalkPrompt]:
 class StepScore:
     index: int  # line number in the output
     token_offset: int  # output token where the line starts
-    correct: bool  # follows from the previous generated line (line 0: from the prompt)
+    correct: bool  # follows from the previous generated line by the rule (line 0: from the prompt)
     matches_reference: bool  # equals the reference walk's line
 
 
@@ -170,7 +177,7 @@ def score(prompt: WalkPrompt, output: str | Sequence[int], tok=None) -> WalkScor
         i = len(steps)
         got = parse(tok.decode(ids[start:k]))
         # after a malformed line, the reference line is what counts as right (one slip counts once)
-        want = prompt.state(0) if i == 0 else prompt.next_state(prev) if prev is not None else prompt.state(i)
+        want = prompt.state(0) if i == 0 else next_state(prev) if prev is not None else prompt.state(i)
         steps.append(StepScore(i, start, got is not None and got == want, got == prompt.state(i)))
         prev, start = got, k + 1
     return WalkScore(steps)

@@ -13,7 +13,7 @@ from transformers import PreTrainedTokenizerFast
 
 PAD, BOS, EOS, UNK = "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<unk>"
 SPECIAL = [PAD, BOS, EOS, UNK]
-WORDS = ["Walk", "from", "and", "by", "plus", "Step", ":", ",", "."]
+WORDS = ["Walk", "from", "and", "by", "plus", "Step", ":", "+", ",", "."]
 MAX_NUMBER = 99
 
 
