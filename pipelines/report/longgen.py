@@ -64,6 +64,9 @@ def plot_vs_length(rows: list[dict], key: str, path: Path, ylabel: str, title: s
         if ref is not None:
             ax.axhline(ref, color="black", lw=0.8, alpha=0.6)
         ax.set_xscale("log", base=2)
+        lengths = sorted({p[0] for (tt, _, _), pts in data.items() if tt == t for p in pts})
+        ax.set_xticks(lengths, [str(n) for n in lengths])
+        ax.minorticks_off()
         ax.set_xlabel("generated tokens")
         ax.set_ylabel(ylabel)
         ax.set_title(f"{title}, {'greedy' if t == 0 else f'T = {t:g}'}", fontsize=10)
