@@ -88,6 +88,8 @@ class LongGenBenchConfig(StrictModel):
     train_seqs: int = Field(64, ge=2)
     seed: int = 0
     torch_threads: int = Field(1, ge=1)  # single-stream decoding: one thread, as longgen/demo.py
+    torch_device: str = "cpu"  # where the torch rows run ("cuda" on a GPU machine)
+    gpu_memory_utilization: float = Field(0.4, gt=0, lt=1)  # per vLLM engine on a GPU (two engines share it)
 
     @field_validator("lengths")
     @classmethod
@@ -473,10 +475,12 @@ def vllm_engines(cfg: LongGenBenchConfig, ms: ModelSet, max_len: int):
     from vllm import LLM
 
     from specexit_core.bench.plain_penalty import WindowedPenaltyLogitsProcessor
-    from specexit_core.vllm_env import toy_llm_kwargs
+    from specexit_core.vllm_env import is_cpu_build, toy_llm_kwargs
 
     want = set(cfg.methods) - set(ms.skipped)
     base = {"max_model_len": max_len, "disable_log_stats": False}
+    if not is_cpu_build():  # two engines on one GPU: each takes a share of its memory
+        base["gpu_memory_utilization"] = cfg.gpu_memory_utilization
     plain = None
     if want & {"plain", "eagle3", "vllm_long"}:
         plain = LLM(**toy_llm_kwargs(str(ms.target), logits_processors=[WindowedPenaltyLogitsProcessor], **base))
@@ -497,7 +501,7 @@ def run_bench(cfg: LongGenBenchConfig, print_fn=print) -> dict:
     from specexit_core.vllm_env import apply_cpu_defaults, is_cpu_build
 
     ms = resolve_model_set(cfg)
-    model, tok = load_teacher(ms.target)  # float32 (parity with vLLM's float32 engine)
+    model, tok = load_teacher(ms.target)  # float32 (parity with vLLM's float32 engine); on the CPU until trained
     prompts = bench_prompts(ms.name, tok, cfg.prompts)
     check_lengths(cfg.lengths, [len(p) for p in prompts], ms.max_positions, ms.name)
     torch.set_num_threads(cfg.torch_threads)
@@ -520,6 +524,8 @@ def run_bench(cfg: LongGenBenchConfig, print_fn=print) -> dict:
                 out=cfg.heads_out,
             )
         print_fn(f"heads: {json.dumps(heads_info)}")
+        heads = heads.to(cfg.torch_device)
+    model = model.to(cfg.torch_device)
     runners = torch_runners(model, heads, cfg, ms)
     want_vllm = (set(cfg.methods) - set(ms.skipped)) & {"plain", "eagle3", "vllm_long"}
     engines: list = []

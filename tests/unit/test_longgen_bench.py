@@ -223,7 +223,9 @@ def test_cli_options_over_the_config():
     cfg = longgen_bench_config(args)
     assert cfg.lengths == [128, 448] and cfg.temperatures == [0.0] and cfg.methods == ["plain", "tokenswift"]
     assert cfg.penalty == PenaltyConfig(theta=1.5, window=64)  # window: the toy's
-    assert cfg.tree.widths == [1, 2, 1, 1] and cfg.tree.ngram_top_k == 4
+    assert cfg.tree.widths == [1, 2, 1, 1] and cfg.tree.ngram_top_k == 4 and cfg.torch_device == "cpu"
+    cuda = build_parser().parse_args(["bench", "longgen", "--torch-device", "cuda"])
+    assert longgen_bench_config(cuda).torch_device == "cuda"
     assert longgen_bench_config(build_parser().parse_args(["bench", "longgen"])) == LongGenBenchConfig()
 
 
