@@ -407,7 +407,10 @@ def build_parser() -> argparse.ArgumentParser:
     bl.add_argument("--draft", help="EAGLE-3 (SpecExit) draft folder for the vLLM rows")
     bl.add_argument("--heads", help="TokenSwift heads folder (default toy: trained in-process)")
     bl.add_argument("--heads-out", help="where in-process trained heads are saved")
-    bl.add_argument("--lengths", help="generated tokens, comma-separated (toy: at most ~470)")
+    bl.add_argument(
+        "--lengths",
+        help="generated tokens, comma-separated (default toy 128,256,448 (at most ~470); long-writer 1024,4096,16384)",
+    )
     bl.add_argument("--temperatures", help="comma-separated; 0 = greedy (default 0,0.6)")
     bl.add_argument("--penalties", help="off,on (default both)")
     bl.add_argument("--theta", type=float, help="contextual penalty theta when on (toy default 1.2)")

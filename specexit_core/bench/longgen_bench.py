@@ -57,6 +57,7 @@ METHODS = ("plain", "eagle3", "tokenswift", "vllm_long")
 BACKENDS = {"tokenswift": ("torch",), "eagle3": ("vllm",), "vllm_long": ("vllm",), "plain": ("torch", "vllm")}
 SLACK = 8  # positions beyond prompt + length a run may touch (a round's drafts past the last token)
 LONG_TARGET = 16384  # the issue's targets are stated at 16K generated tokens
+DEFAULT_LENGTHS = {"toy": (128, 256, 448), "long-writer": (1024, 4096, 16384)}  # the toy has 512 positions
 DRAFTER_KV_NOTE = (
     "tokenswift: the most positions per layer and KV head its draft forward attended to (partial KV, measured); "
     "eagle3 / vllm_long: EAGLE-3's drafter has its own one-layer KV cache over every position of the sequence, "
@@ -72,7 +73,7 @@ class LongGenBenchConfig(StrictModel):
     draft: str | None = None  # EAGLE-3 (SpecExit) draft folder for the vLLM rows (override)
     heads: str | None = None  # TokenSwift heads folder (`longgen.heads.load_heads`); toy: trained if absent
     heads_out: str | None = "runs/longgen/toy_heads"  # where in-process trained heads are saved (None: not saved)
-    lengths: list[int] = Field(default_factory=lambda: [128, 256, 448])
+    lengths: list[int] = Field(default_factory=lambda: list(DEFAULT_LENGTHS["toy"]))  # default: the model set's
     temperatures: list[float] = Field(default_factory=lambda: [0.0, 0.6])
     penalties: list[Literal["off", "on"]] = Field(default_factory=lambda: ["off", "on"])
     penalty: PenaltyConfig | None = None  # the "on" setting; None: `default_penalty(model_set)`
@@ -90,6 +91,13 @@ class LongGenBenchConfig(StrictModel):
     torch_threads: int = Field(1, ge=1)  # single-stream decoding: one thread, as longgen/demo.py
     torch_device: str = "cpu"  # where the torch rows run ("cuda" on a GPU machine)
     gpu_memory_utilization: float = Field(0.4, gt=0, lt=1)  # per vLLM engine on a GPU (two engines share it)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _model_set_lengths(cls, data):
+        if isinstance(data, dict) and data.get("lengths") is None and data.get("model_set") in DEFAULT_LENGTHS:
+            data = {**data, "lengths": list(DEFAULT_LENGTHS[data["model_set"]])}
+        return data
 
     @field_validator("lengths")
     @classmethod

@@ -37,6 +37,9 @@ def test_config_defaults_and_normalisation():
     assert cfg.methods == list(lb.METHODS) and cfg.penalties == ["off", "on"]
     assert cfg.penalty_on() == PenaltyConfig(theta=1.2, window=64)  # the toy's W
     assert LongGenBenchConfig(model_set="long-writer").penalty_on() == PenaltyConfig(theta=1.2, window=1024)
+    assert LongGenBenchConfig().lengths == [128, 256, 448]
+    assert LongGenBenchConfig(model_set="long-writer").lengths == [1024, 4096, 16384]
+    assert LongGenBenchConfig(model_set="long-writer", lengths=[64]).lengths == [64]
 
 
 @pytest.mark.parametrize(
