@@ -429,7 +429,7 @@ def build_parser() -> argparse.ArgumentParser:
     lw = sub.add_parser("long-writer", help="the built-in teacher that writes 16K+ checkable tokens").add_subparsers(
         dest="long_writer_cmd", required=True
     )
-    lb = lw.add_parser("build", help="train it from scratch on short PoSE windows (fixed seed, ~20 min on 2 cores)")
+    lb = lw.add_parser("build", help="train it from scratch on short PoSE windows (fixed seed, ~16 min on 2 cores)")
     lb.add_argument("--out", help="output folder (default: the shipped one)")
     lb.add_argument("--config", help="recipe JSON, or a shipped build_config.json")
     lb.add_argument("--steps", type=int, help="override the number of training steps")
