@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from transformers import Qwen3Config
+from specexit_core.toy.teacher_model import TeacherArch
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 LONG_WRITER_DIR = ASSETS / "long_writer"
@@ -23,7 +23,9 @@ MAX_MODEL_LEN = 20480  # max_position_embeddings = prompt + MAX_OUTPUT_TOKENS, r
 
 
 @dataclass(frozen=True)
-class LongWriterArch:
+class LongWriterArch(TeacherArch):
+    """The toy's shape (`TeacherArch.hf_config`), sized and positioned for 16K+ tokens."""
+
     hidden_size: int = 256
     num_hidden_layers: int = 3
     num_attention_heads: int = 4
@@ -35,25 +37,6 @@ class LongWriterArch:
     # (Qwen2.5 uses 1e6 for 32K): content lookups 16K back then see nearly the rotation they saw nearby.
     rope_theta: float = 1e6
     vocab_size: int = 240  # the tokenizer has 225 tokens; rounded up to a multiple of 16
-
-    def hf_config(self, *, bos_token_id: int, eos_token_id: int, pad_token_id: int) -> Qwen3Config:
-        return Qwen3Config(
-            vocab_size=self.vocab_size,
-            hidden_size=self.hidden_size,
-            intermediate_size=self.intermediate_size,
-            num_hidden_layers=self.num_hidden_layers,
-            num_attention_heads=self.num_attention_heads,
-            num_key_value_heads=self.num_key_value_heads,
-            head_dim=self.head_dim,
-            max_position_embeddings=self.max_position_embeddings,
-            rope_theta=self.rope_theta,
-            rms_norm_eps=1e-6,
-            tie_word_embeddings=True,
-            bos_token_id=bos_token_id,
-            eos_token_id=eos_token_id,
-            pad_token_id=pad_token_id,
-            architectures=["Qwen3ForCausalLM"],
-        )
 
 
 def load_long_writer(model_dir: str | Path = LONG_WRITER_DIR, threads: int | None = None):

@@ -1,4 +1,7 @@
-"""The toy teacher's architecture: a standard Qwen3ForCausalLM, small enough to ship in the repo."""
+"""The toy teacher's architecture: a standard Qwen3ForCausalLM, small enough to ship in the repo.
+
+The other built-in teachers (teachers/) take the same shape with their own sizes (`TeacherArch` subclasses
+or instances), so the HF config is built in one place."""
 
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ class TeacherArch:
     intermediate_size: int = 768
     max_position_embeddings: int = 512
     vocab_size: int = 272  # tokenizer has 270 tokens; rounded up to a multiple of 16
+    rope_theta: float = 10000.0
 
     def hf_config(self, *, bos_token_id: int, eos_token_id: int, pad_token_id: int) -> Qwen3Config:
         return Qwen3Config(
@@ -28,7 +32,7 @@ class TeacherArch:
             num_key_value_heads=self.num_key_value_heads,
             head_dim=self.head_dim,
             max_position_embeddings=self.max_position_embeddings,
-            rope_theta=10000.0,
+            rope_theta=self.rope_theta,
             rms_norm_eps=1e-6,
             tie_word_embeddings=True,
             bos_token_id=bos_token_id,
