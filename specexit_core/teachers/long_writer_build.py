@@ -31,7 +31,7 @@ from pydantic import Field
 from specexit_core.teachers.long_writer import MAX_OUTPUT_TOKENS, LongWriterArch
 from specexit_core.teachers.long_writer_task import LINE_TOKENS, WalkPrompt, sample_prompt
 from specexit_core.teachers.long_writer_tokenizer import BOS, build_tokenizer
-from specexit_core.toy.train_loop import TrainRecipe, train
+from specexit_core.toy.train_loop import TrainRecipe, save_teacher, train
 from specexit_core.typed_config import StrictModel
 
 log = logging.getLogger("specexit.teachers.long_writer")
@@ -154,7 +154,7 @@ def machine() -> str:
 
 
 def build(cfg: LongWriterBuildConfig, out_dir: Path) -> Path:
-    from transformers import GenerationConfig, Qwen3ForCausalLM
+    from transformers import Qwen3ForCausalLM
 
     torch.manual_seed(cfg.seed)
     torch.set_num_threads(cfg.threads)
@@ -179,15 +179,8 @@ def build(cfg: LongWriterBuildConfig, out_dir: Path) -> Path:
     t0 = time.time()
     train(model, batches(cfg, tok), pose_loss, cfg, log)
     train_s = time.time() - t0
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    model.config.dtype = torch.bfloat16
-    model.to(torch.bfloat16).save_pretrained(out_dir, safe_serialization=True)
-    tok.save_pretrained(out_dir)
     # EOS is never trained: the walk does not end, generation stops at the length asked for
-    GenerationConfig(
-        bos_token_id=hf_cfg.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, do_sample=False
-    ).save_pretrained(out_dir)
+    out_dir = save_teacher(model, tok, out_dir)
     # the recipe (`--config` accepts this file as it is), the training time; `long-writer check --record` adds
     # the measured check next to them
     meta = {"recipe": cfg.to_json(), "train_s": round(train_s, 1), "machine": machine(), "previous": previous}

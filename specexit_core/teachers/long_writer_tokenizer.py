@@ -8,11 +8,11 @@ one-hop content lookup, and `Step` to open each line. A plain `tokenizer.json` t
 
 from __future__ import annotations
 
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-PAD, BOS, EOS, UNK = "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<unk>"
-SPECIAL = [PAD, BOS, EOS, UNK]
+from specexit_core.toy.tokenizer import BOS, EOS, PAD, SPECIAL, UNK, word_level
+
+__all__ = ["BOS", "EOS", "PAD", "UNK", "build_tokenizer", "vocabulary"]
 WORDS = ["Walk", "from", "and", "by", "plus", "Step", ":", "+", ",", "."]
 MAX_NUMBER = 99
 
@@ -23,17 +23,4 @@ def vocabulary() -> list[str]:
 
 
 def build_tokenizer(model_max_length: int = 20480) -> PreTrainedTokenizerFast:
-    vocab = {tok: i for i, tok in enumerate(vocabulary())}
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK))
-    tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"\n| ?[^\s]+| "), behavior="isolated")
-    tok.decoder = decoders.Fuse()
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        bos_token=None,
-        eos_token=EOS,
-        pad_token=PAD,
-        unk_token=UNK,
-        additional_special_tokens=[BOS],
-        model_max_length=model_max_length,
-        clean_up_tokenization_spaces=False,
-    )
+    return word_level(vocabulary(), r"\n| ?[^\s]+| ", model_max_length=model_max_length)

@@ -21,7 +21,7 @@ from specexit_core.toy.task import iter_problems
 from specexit_core.toy.teacher_model import TeacherArch
 from specexit_core.toy.tokenizer import build_tokenizer
 from specexit_core.toy.traces import TraceStyle, make_trace
-from specexit_core.toy.train_loop import TrainRecipe, train
+from specexit_core.toy.train_loop import TrainRecipe, save_teacher, train
 
 log = logging.getLogger("specexit.toy.build")
 
@@ -77,7 +77,7 @@ def _hf_loss(model, ids, lab, att):
 
 
 def build(cfg: BuildConfig, out_dir: Path) -> Path:
-    from transformers import GenerationConfig, Qwen3ForCausalLM
+    from transformers import Qwen3ForCausalLM
 
     torch.manual_seed(cfg.seed)
     torch.set_num_threads(cfg.threads)
@@ -92,17 +92,7 @@ def build(cfg: BuildConfig, out_dir: Path) -> Path:
     log.info("toy teacher: %.2fM parameters, %d steps x %d sequences", n_params / 1e6, cfg.steps, cfg.batch_size)
     t0 = time.time()
     train(model, batches(cfg, tok), _hf_loss, cfg, log)
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    model.config.dtype = torch.bfloat16
-    model.to(torch.bfloat16).save_pretrained(out_dir, safe_serialization=True)
-    tok.save_pretrained(out_dir)
-    GenerationConfig(
-        bos_token_id=hf_cfg.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-        do_sample=False,
-    ).save_pretrained(out_dir)
+    out_dir = save_teacher(model, tok, out_dir)
     (out_dir / "build_config.json").write_text(json.dumps(cfg.to_json(), indent=2) + "\n")
     log.info("saved toy teacher to %s (%.0fs)", out_dir, time.time() - t0)
     return out_dir

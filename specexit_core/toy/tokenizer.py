@@ -66,21 +66,26 @@ def vocabulary() -> list[str]:
     return SPECIAL + ["\n", "\n\n"] + words + [" " + w for w in words]
 
 
-def build_tokenizer() -> PreTrainedTokenizerFast:
-    vocab = {tok: i for i, tok in enumerate(vocabulary())}
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK))
-    tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"\n\n|\n| ?[^\s]+| "), behavior="isolated")
+def word_level(vocab: list[str], split: str, model_max_length: int) -> PreTrainedTokenizerFast:
+    """A word-level fast tokenizer over `vocab` (SPECIAL first), pieces cut by the `split` regex, fused on
+    decode; the built-in teachers' one tokenizer shape (the long writer's uses it with its own words)."""
+    tok = Tokenizer(models.WordLevel(vocab={t: i for i, t in enumerate(vocab)}, unk_token=UNK))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(split), behavior="isolated")
     tok.decoder = decoders.Fuse()
-    fast = PreTrainedTokenizerFast(
+    return PreTrainedTokenizerFast(
         tokenizer_object=tok,
         bos_token=None,
         eos_token=EOS,
         pad_token=PAD,
         unk_token=UNK,
         additional_special_tokens=[BOS],
-        model_max_length=512,
+        model_max_length=model_max_length,
         clean_up_tokenization_spaces=False,
     )
+
+
+def build_tokenizer() -> PreTrainedTokenizerFast:
+    fast = word_level(vocabulary(), r"\n\n|\n| ?[^\s]+| ", model_max_length=512)
     fast.add_tokens(THINK_TOKENS, special_tokens=False)
     fast.chat_template = CHAT_TEMPLATE
     return fast

@@ -12,6 +12,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Self
 
 import torch
@@ -97,3 +98,22 @@ def train(
                 el / (step + 1) * (cfg.steps - step - 1),
             )
             run_loss = 0.0
+
+
+def save_teacher(model, tok, out_dir) -> Path:
+    """A built teacher's folder: bf16 safetensors (a few MB; load in float32 for parity between transformers
+    and vLLM), the tokenizer, and a greedy generation config."""
+    from transformers import GenerationConfig
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.config.dtype = torch.bfloat16
+    model.to(torch.bfloat16).save_pretrained(out_dir, safe_serialization=True)
+    tok.save_pretrained(out_dir)
+    GenerationConfig(
+        bos_token_id=model.config.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        do_sample=False,
+    ).save_pretrained(out_dir)
+    return out_dir
