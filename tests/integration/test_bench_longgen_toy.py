@@ -9,19 +9,10 @@ import pytest
 
 from specexit_app.cli import main as cli_main
 from specexit_core.bench.longgen_bench import METHODS
+from support.longgen_keys import PUBLIC_ROW_KEYS
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow(minutes=2)]
-KEYS = {
-    "method",
-    "length",
-    "temperature",
-    "penalty",
-    "wall_s",
-    "tokens_per_forward",
-    "acceptance",
-    "distinct_n",
-    "identical_to_plain",
-}
+KEYS = PUBLIC_ROW_KEYS
 
 
 def test_bench_longgen_on_the_toy(capsys, telemetry_dir):

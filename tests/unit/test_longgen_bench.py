@@ -13,21 +13,9 @@ from specexit_core.bench.longgen_bench import LongGenBenchConfig, RunResult, sha
 from specexit_core.longgen.penalty import PenaltyConfig
 from specexit_core.toy.paths import DRAFT_DIR, TEACHER_DIR
 from specexit_core.typed_config import ConfigError
+from support.longgen_keys import PUBLIC_ROW_KEYS
 
-KEYS = {
-    "method",
-    "length",
-    "temperature",
-    "penalty",
-    "wall_s",
-    "tokens_per_forward",
-    "acceptance",
-    "distinct_n",
-    "identical_to_plain",
-    "backend",
-    "speedup_vs_plain",
-    "drafter_kv_positions",
-}
+KEYS = PUBLIC_ROW_KEYS | {"backend", "speedup_vs_plain", "drafter_kv_positions"}
 
 
 # ------------------------------------------------------------------ config
