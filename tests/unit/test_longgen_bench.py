@@ -9,7 +9,9 @@ import pytest
 
 from specexit_app.cli import build_parser, cmd_bench_longgen, longgen_bench_config
 from specexit_core.bench import longgen_bench as lb
-from specexit_core.bench.longgen_bench import LongGenBenchConfig, RunResult, shape_row
+from specexit_core.bench import longgen_rows as lr
+from specexit_core.bench.longgen_bench import LongGenBenchConfig
+from specexit_core.bench.longgen_rows import RunResult, shape_row
 from specexit_core.longgen.penalty import PenaltyConfig
 from specexit_core.toy.paths import DRAFT_DIR, TEACHER_DIR
 from specexit_core.typed_config import ConfigError
@@ -143,7 +145,7 @@ def _fake_runners(calls):
 def test_measure_rows_ratios_and_rotation():
     cfg = LongGenBenchConfig(lengths=[16, 32], temperatures=[0.0, 0.6], prompts=2, repeats=2)
     calls: list[str] = []
-    rows = lb.measure(cfg, _fake_runners(calls), [[1, 2], [3, 4]])
+    rows = lr.measure(cfg, _fake_runners(calls), [[1, 2], [3, 4]])
     assert len(rows) == 2 * 2 * 2 * 5  # lengths x temperatures x penalties x (method, backend)
     assert len(calls) == len(rows) * 2 * 2  # prompts x repeats per row
     firsts = {calls[i * 5] for i in range(5)}  # every runner goes first once in 5 turns
@@ -163,13 +165,13 @@ def test_measure_rows_ratios_and_rotation():
 
 def test_targets_need_16k():
     cfg = LongGenBenchConfig(lengths=[16], temperatures=[0.0])
-    rows = lb.measure(cfg, _fake_runners([]), [[1, 2]])
-    t = lb.targets(rows)
+    rows = lr.measure(cfg, _fake_runners([]), [[1, 2]])
+    t = lr.targets(rows)
     assert t["tokenswift_speedup_vs_plain_greedy_16k"]["pass"] is None  # 16 tokens: not measurable
     assert t["tokenswift_speedup_vs_plain_greedy_16k"]["value"] == pytest.approx(2.0)
     for r in rows:
         r["length"] = 16384
-    t = lb.targets(rows)
+    t = lr.targets(rows)
     assert t["tokenswift_speedup_vs_plain_greedy_16k"]["pass"] is False  # 2.0 < 2.5
     assert t["vllm_long_speedup_vs_eagle3_greedy_16k"]["pass"] is True  # 2.0 >= 1.3
     assert t["distinct_n_penalty_on"]["required"] == 0.4
@@ -179,8 +181,8 @@ def test_main_prints_the_table_then_one_json_line(monkeypatch, capsys):
     cfg = LongGenBenchConfig(lengths=[16], temperatures=[0.0, 0.6], penalties=["off"])
 
     def fake_run_bench(c):
-        rows = lb.measure(c, _fake_runners([]), [[1, 2]])
-        return {"rows": rows, "targets": lb.targets(rows), "skipped": {"x": "why"}}
+        rows = lr.measure(c, _fake_runners([]), [[1, 2]])
+        return {"rows": rows, "targets": lr.targets(rows), "skipped": {"x": "why"}}
 
     monkeypatch.setattr(lb, "run_bench", fake_run_bench)
     assert lb.main(cfg, as_json=True, extra={"commit": "abc"}) == 0
@@ -242,9 +244,9 @@ def test_report_from_the_json_line(tmp_path):
     from pipelines.report.longgen import ACCEPTANCE_PLOT, SPEEDUP_PLOT, series
 
     cfg = LongGenBenchConfig(lengths=[16, 32], temperatures=[0.0, 0.6])
-    rows = lb.measure(cfg, _fake_runners([]), [[1, 2]])
+    rows = lr.measure(cfg, _fake_runners([]), [[1, 2]])
     f = tmp_path / "longgen.json"
-    f.write_text("table line\n" + json.dumps({"rows": rows, "targets": lb.targets(rows), "skipped": {}}) + "\n")
+    f.write_text("table line\n" + json.dumps({"rows": rows, "targets": lr.targets(rows), "skipped": {}}) + "\n")
     s = series(rows, "speedup_vs_plain")
     assert s[(0.0, "on", "vllm_long")] == [(16, pytest.approx(3.0)), (32, pytest.approx(3.0))]
     assert not any(m == "plain" for _, _, m in s)
