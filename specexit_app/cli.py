@@ -174,6 +174,7 @@ def longgen_bench_config(args: argparse.Namespace):
         "tree.widths": csv(args.tree_widths, int),
         "tree.ngram_top_k": args.ngram_branches,
         "torch_device": args.torch_device,
+        "ngram_policy": args.ngram_policy,
     }
     if (args.theta is None) != (args.window is None):  # the other one from the model set's penalty
         from specexit_core.bench.longgen_bench import default_penalty
@@ -424,6 +425,9 @@ def build_parser() -> argparse.ArgumentParser:
     bl.add_argument("--train-steps", type=int, help="in-process heads training steps (toy)")
     bl.add_argument("--train-seqs", type=int, help="in-process heads training sequences (toy)")
     bl.add_argument("--torch-device", help="device of the torch rows (default cpu; cuda on a GPU machine)")
+    bl.add_argument(
+        "--ngram-policy", choices=["adaptive", "always"], help="vllm_long's n-gram policy (default adaptive)"
+    )
     bl.set_defaults(func=cmd_bench_longgen)
 
     lw = sub.add_parser("long-writer", help="the built-in teacher that writes 16K+ checkable tokens").add_subparsers(

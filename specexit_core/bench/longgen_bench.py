@@ -81,6 +81,7 @@ class LongGenBenchConfig(StrictModel):
     num_speculative_tokens: int = Field(3, ge=1)  # EAGLE-3's k
     ngram_min: int = Field(2, ge=1)
     ngram_max: int = Field(8, ge=1)
+    ngram_policy: Literal["adaptive", "always"] = "adaptive"  # vllm_long's (long_controls.LongConfig)
     tree: TreeConfig = TreeConfig()  # TokenSwift's 1-3-3-3 + 20 n-gram branches
     partial_kv: PartialKVConfig | None = None  # None: the model set's (toy: budget 128)
     train_steps: int = Field(300, ge=1)  # toy heads trained in-process (as longgen/demo.py)
@@ -253,7 +254,7 @@ def vllm_extra_args(method: str, cfg: LongGenBenchConfig, penalty: bool) -> dict
         return {KEY: pen_d} if penalty else None
     if method == "eagle3":
         return {"specexit": False, "long": {"ngram": False, "penalty": pen_d}} if penalty else {"specexit": False}
-    long = {"ngram": True, "ngram_min": cfg.ngram_min, "ngram_max": cfg.ngram_max}
+    long = {"ngram": True, "ngram_min": cfg.ngram_min, "ngram_max": cfg.ngram_max, "ngram_policy": cfg.ngram_policy}
     if penalty:
         long["penalty"] = pen_d
     return {"specexit": False, "long": long}

@@ -1,10 +1,11 @@
 """Per-request controls of the long mode (n-gram reuse beside EAGLE-3, windowed contextual penalty),
 carried in `SamplingParams.extra_args` beside the SpecExit controls.
 
-Offline: `extra_args={"long": {"ngram": True, "ngram_min": 2, "ngram_max": 8,
+Offline: `extra_args={"long": {"ngram": True, "ngram_min": 2, "ngram_max": 8, "ngram_policy": "adaptive",
 "penalty": {"theta": 1.2, "window": 1024}}}`, `{"long": True}` (the server's long defaults, switched
 on) or `{"long": False}`. OpenAI server (`vllm_xargs` values must be flat): `long` (0/1),
-`long_ngram` (0/1), `long_ngram_min`, `long_ngram_max`, `long_penalty_theta`, `long_penalty_window`.
+`long_ngram` (0/1), `long_ngram_min`, `long_ngram_max`, `long_ngram_policy` (adaptive/always),
+`long_penalty_theta`, `long_penalty_window`.
 
 Giving any long control switches the mode on for the request (unless it says `"enabled": false` /
 `long: 0`); without one a request gets the server's defaults, which are off unless the deployment
@@ -20,7 +21,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
 
@@ -37,6 +38,7 @@ _FLAT = {
     "long_ngram": ("ngram",),
     "long_ngram_min": ("ngram_min",),
     "long_ngram_max": ("ngram_max",),
+    "long_ngram_policy": ("ngram_policy",),
     "long_penalty_theta": ("penalty", "theta"),
     "long_penalty_window": ("penalty", "window"),
 }
@@ -52,6 +54,11 @@ class LongConfig(StrictModel):
     ngram: bool = Field(True, description="replace EAGLE-3's drafts by a continuation found in the context")
     ngram_min: int = Field(2, ge=1, le=64, description="shortest suffix of the context that must match earlier")
     ngram_max: int = Field(8, ge=1, le=64, description="longest suffix tried (the longest match wins)")
+    ngram_policy: Literal["adaptive", "always"] = Field(
+        "adaptive",
+        description="adaptive: a full n-gram match replaces EAGLE-3's drafts only while n-gram drafts are "
+        "accepted at least as often as EAGLE-3's for this request (ngram_drafts.SourceRates); always: every full match",
+    )
     penalty: PenaltyConfig = Field(default_factory=lambda: NO_PENALTY, description="theta 1.0: off")
 
     @model_validator(mode="after")
@@ -82,6 +89,7 @@ class LongConfig(StrictModel):
             "ngram": self.ngram,
             "ngram_min": self.ngram_min,
             "ngram_max": self.ngram_max,
+            "ngram_policy": self.ngram_policy,
             "penalty": {"theta": self.penalty.theta, "window": self.penalty.window} if self.penalty.enabled else None,
         }
 
@@ -121,6 +129,10 @@ def _coerce(path: tuple[str, ...], v: Any) -> Any:
     name = "long_" + "_".join(path)
     if path in (("enabled",), ("ngram",)):
         return _bool(name, v)
+    if path == ("ngram_policy",):
+        if v not in ("adaptive", "always"):
+            raise ValueError(f"{name} must be 'adaptive' or 'always', got {v!r}")
+        return v
     return _number(name, v, integer=path[-1] != "theta")
 
 
@@ -152,7 +164,7 @@ def overrides_from_extra_args(extra_args: Mapping[str, Any] | None) -> dict[str,
     if KEY in extra_args:
         v = extra_args[KEY]
         if isinstance(v, Mapping):
-            known = ("enabled", "ngram", "ngram_min", "ngram_max", "penalty")
+            known = ("enabled", "ngram", "ngram_min", "ngram_max", "ngram_policy", "penalty")
             for k, x in v.items():
                 if k not in known:
                     raise ValueError(f"unknown long-mode control {k!r}; known: {', '.join(known)}")

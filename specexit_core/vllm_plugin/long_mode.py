@@ -39,7 +39,7 @@ import torch
 
 from specexit_core.longgen.penalty import chain_presence, penalise
 from specexit_core.vllm_plugin.long_controls import LongConfig, request_long_config, server_long_defaults
-from specexit_core.vllm_plugin.ngram_drafts import EAGLE, NGRAM, merge_drafts
+from specexit_core.vllm_plugin.ngram_drafts import EAGLE, NGRAM, SourceRates, merge_drafts
 from specexit_core.vllm_plugin.telemetry import LONG, TELEMETRY_DIR_ENV, EventWriter
 
 log = logging.getLogger("specexit.vllm")
@@ -83,6 +83,7 @@ class _Req:
     prev_drafts: list[int] = field(default_factory=list)  # last step's drafts (inputs 1..k)
     prev_source: str | None = None  # where last step's drafts came from
     next_source: str = EAGLE  # where the drafts proposed this step come from
+    rates: SourceRates = field(default_factory=SourceRates)  # accepted fraction per source (ngram_policy)
     fallback: str | None = None
     stats: dict = field(
         default_factory=lambda: {
@@ -228,6 +229,7 @@ class LongModeState:
             key = f"{st.prev_source}_accepted_tokens"
             st.stats[key] += acc
             self.counters[key] += acc
+            st.rates.observe(st.prev_source, acc, len(st.prev_drafts))
         drafts = tok[1:].tolist()
         if drafts:
             src = st.next_source
@@ -269,7 +271,8 @@ class LongModeState:
             if st.prev_p0 < 0 or len(st.hist) != st.prev_p0 + 1:
                 continue  # before_sample did not place this request's history at input 0
             ctx = np.concatenate([st.hist.view(), np.asarray(sampled[i], np.int32)])
-            toks, src = merge_drafts(eagle[i], ctx, st.cfg.ngram_min, st.cfg.ngram_max, self.max_model_len)
+            use = st.cfg.ngram_policy == "always" or st.rates.prefer_ngram()
+            toks, src = merge_drafts(eagle[i], ctx, st.cfg.ngram_min, st.cfg.ngram_max, self.max_model_len, use)
             st.next_source = src
             if src == NGRAM:
                 new_rows.append(r)

@@ -17,7 +17,9 @@ from specexit_core.vllm_env import apply_cpu_defaults, toy_llm_kwargs
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow(minutes=4)]
 MAX_TOKENS = 200
-NGRAM_ONLY = {"specexit": False, "long": {"ngram": True, "ngram_min": 2}}
+# `always`: every full n-gram match replaces EAGLE's drafts, so the n-gram path runs as often as it can
+NGRAM_ONLY = {"specexit": False, "long": {"ngram": True, "ngram_min": 2, "ngram_policy": "always"}}
+ADAPTIVE = {"specexit": False, "long": {"ngram": True, "ngram_min": 2}}  # the default policy
 
 
 @pytest.fixture(scope="module")
@@ -65,6 +67,7 @@ def test_ngram_reuse_is_lossless_and_drafts(llm, prompts, teacher):
     after = counters(llm)
     eagle = run(llm, prompts, {"specexit": False})
     assert got == eagle
+    assert run(llm, prompts, ADAPTIVE) == eagle
     for p, g in zip(prompts[:3], got):
         assert g == plain_decode(target, p, MAX_TOKENS, use_hf=True).token_ids
     drafted = after["long_ngram_drafted_tokens"] - before.get("long_ngram_drafted_tokens", 0)

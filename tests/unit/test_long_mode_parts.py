@@ -19,7 +19,7 @@ from specexit_core.vllm_plugin.long_controls import (
     wants_long,
 )
 from specexit_core.vllm_plugin.long_mode import LongModeState, TokenHistory
-from specexit_core.vllm_plugin.ngram_drafts import EAGLE, NGRAM, merge_drafts, ngram_continuation
+from specexit_core.vllm_plugin.ngram_drafts import EAGLE, NGRAM, SourceRates, merge_drafts, ngram_continuation
 
 D = LongConfig()
 
@@ -48,6 +48,10 @@ def test_nested_and_flat_controls():
         theta=1.5, window=32
     )
     assert not request_long_config({"long": {"penalty": False}}, base).penalty.enabled
+    # the n-gram policy: adaptive by default, nested or flat
+    assert c.ngram_policy == "adaptive" and c.telemetry()["ngram_policy"] == "adaptive"
+    assert request_long_config({"long": {"ngram_policy": "always"}}, D).ngram_policy == "always"
+    assert request_long_config({"long_ngram_policy": "always"}, D).ngram_policy == "always"
 
 
 @pytest.mark.parametrize(
@@ -63,6 +67,8 @@ def test_nested_and_flat_controls():
         ({"long": "maybe"}, "boolean"),
         ({"long_ngram_min": 2.5}, "integer"),
         ({"long_penalty_theta": "x"}, "number"),
+        ({"long_ngram_policy": "sometimes"}, "'adaptive' or 'always'"),
+        ({"long": {"ngram_policy": 1}}, "'adaptive' or 'always'"),
     ],
 )
 def test_bad_controls_name_the_problem(extra, match):
@@ -100,6 +106,24 @@ def test_merge_rule_full_continuation_or_eagle():
     assert merge_drafts([40, 41, 42, 43, 44], short, 2, 8, 512) == ([40, 41, 42, 43, 44], EAGLE)
     assert merge_drafts([40, 41], np.array([1, 2, 3, 4], np.int32), 2, 8, 512) == ([40, 41], EAGLE)
     assert merge_drafts([], ctx, 2, 8, 512) == ([], EAGLE)
+    assert merge_drafts([40, 41, 42], ctx, 2, 8, 512, use_ngram=False) == ([40, 41, 42], EAGLE)
+
+
+def test_source_rates_try_each_source_then_follow_the_better_one():
+    r = SourceRates()
+    assert r.prefer_ngram()  # nothing tried yet
+    r.observe(NGRAM, 0, 3)
+    assert r.ngram == 0.0 and r.prefer_ngram()  # EAGLE-3 not measured yet
+    r.observe(EAGLE, 3, 3)
+    assert r.eagle == 1.0 and not r.prefer_ngram()
+    r.observe(EAGLE, 0, 3)  # EWMA: one bad step does not erase the history
+    assert r.eagle == pytest.approx(0.75) and not r.prefer_ngram()
+    for _ in range(6):
+        r.observe(EAGLE, 0, 3)
+    assert r.eagle < 0.15 and not r.prefer_ngram()  # n-grams measured at 0: still not better
+    r.observe(EAGLE, 0, 0)  # no drafts: nothing learnt
+    r.ngram = r.eagle
+    assert r.prefer_ngram()  # ties go to the n-gram (a full match)
 
 
 def test_chain_presence_is_plain_window_of_each_row():
@@ -201,6 +225,33 @@ def test_runner_state_penalises_rows_and_counts_acceptance(monkeypatch):
     lm.finish(["a", "b"])
     assert events[0][0] == "long" and events[0][1]["ngram_accepted_tokens"] == 2 and events[0][1]["fallback"]
     assert "a" not in lm.reqs
+
+
+@pytest.mark.parametrize("policy, step4_source", [("adaptive", EAGLE), ("always", NGRAM)])
+def test_adaptive_policy_keeps_eagle_drafts_after_ngram_drafts_fail(monkeypatch, policy, step4_source):
+    """n-gram drafts tried on the first full match and all rejected; EAGLE-3's next drafts all accepted;
+    at the next full match the adaptive policy keeps EAGLE-3's drafts, `always` takes the match."""
+    monkeypatch.delenv(LONG_DEFAULTS_ENV, raising=False)
+    r = FakeRunner()
+    prompt = [1, 2, 3, 4, 5, 6, 1, 2, 3]
+    r.add("a", prompt, {"long": {"ngram": True, "ngram_policy": policy}})
+    lm = LongModeState(r)
+
+    def step(p0, toks, sampled, eagle):
+        lm.before_sample(r, r.step({"a": (p0, toks)}, torch.randn(len(toks), V)))
+        out = lm.after_propose(r, torch.tensor([sampled]), torch.tensor([eagle]))
+        return out[0].tolist(), lm.reqs["a"].next_source
+
+    assert step(8, [3], [4, -1, -1, -1], [12, 13, 14]) == ([5, 6, 1], NGRAM)  # untried: the match is used
+    assert step(9, [4, 5, 6, 1], [7, -1, -1, -1], [20, 21, 22]) == ([20, 21, 22], EAGLE)  # no match
+    assert step(10, [7, 20, 21, 22], [20, 21, 22, 8], [2, 40, 41]) == ([2, 40, 41], EAGLE)  # no match
+    st = lm.reqs["a"]
+    assert st.rates.ngram == 0.0 and st.rates.eagle is None
+    drafts, source = step(14, [8, 2, 40, 41], [2, 3, -1, -1], [50, 51, 52])  # context ends 2 3: a full match
+    assert st.rates.eagle == 1.0 and source == step4_source
+    ctx = np.array(prompt + [4, 7, 20, 21, 22, 8, 2, 3], np.int32)
+    match = ngram_continuation(ctx, 3, 2, 8, 512).tolist()
+    assert len(match) == 3 and drafts == ([50, 51, 52] if source == EAGLE else match)
 
 
 # -- the Serve `long` profile ---------------------------------------------------------------------

@@ -202,7 +202,7 @@ def test_vllm_extra_args_per_method():
     assert lb.vllm_extra_args("eagle3", cfg, False) == {"specexit": False}
     assert lb.vllm_extra_args("eagle3", cfg, True) == {"specexit": False, "long": {"ngram": False, "penalty": pen}}
     long = lb.vllm_extra_args("vllm_long", cfg, True)["long"]
-    assert long == {"ngram": True, "ngram_min": 2, "ngram_max": 8, "penalty": pen}
+    assert long == {"ngram": True, "ngram_min": 2, "ngram_max": 8, "ngram_policy": "adaptive", "penalty": pen}
     assert "penalty" not in lb.vllm_extra_args("vllm_long", cfg, False)["long"]
 
 
