@@ -102,7 +102,7 @@ class SpecExitArgs(ServeArgs):
     long_defaults: dict[str, Any] = Field(
         default_factory=dict,
         description="the long mode on by default, with these LongConfig fields (nested like the `long` "
-        "request control: ngram, ngram_min, ngram_max, penalty {theta, window}); requests override them, "
+        "request control: ngram, ngram_min, ngram_max, ngram_policy, penalty {theta, window}); requests override them, "
         "`long: 0` turns it off. Empty: off unless a request asks (docs/longgen.md)",
     )
 
