@@ -264,6 +264,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     # Ray down before the summary: at interpreter exit its workers' multiprocessing resource_tracker
     # children print KeyError tracebacks, which the still-running log monitor streams after our output
     stop_ray_quietly()
+    # the last stderr line is ours: actor log lines Ray streamed while the report was written (e.g.
+    # resource_tracker warnings of exiting vLLM workers) all came before Ray stopped
+    logging.getLogger("specexit.demo").info("[demo] done in %.0fs; Ray stopped", summary["seconds"])
     if args.json:
         print(json.dumps(summary))
     else:
