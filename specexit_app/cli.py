@@ -226,7 +226,7 @@ def cmd_long_writer_check(args: argparse.Namespace) -> int:
         from pipelines.common.provenance import provenance
         from specexit_core.teachers.long_writer_check import record
 
-        res = {**provenance(), **res}
+        res = {**res, **provenance()}  # the one home of command, commit, machine and date
         if args.output:
             Path(args.output).parent.mkdir(parents=True, exist_ok=True)
             Path(args.output).write_text(json.dumps(res, indent=2) + "\n")

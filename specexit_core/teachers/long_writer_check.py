@@ -9,8 +9,6 @@ contexts on this CPU). Test prompts only (`long_writer_task.WalkPrompt.split`), 
 from __future__ import annotations
 
 import logging
-import platform
-import time
 from pathlib import Path
 
 import torch
@@ -63,8 +61,7 @@ def check(
         "length": length,
         "decoding": "greedy, plain_decode on longgen.target.Target (float32), EOS ignored",
         "threads": threads,
-        "machine": f"{platform.machine()}, {torch.get_num_threads()} torch thread(s), torch {torch.__version__}",
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "torch": torch.__version__,  # machine, date, command, commit: the caller's provenance()
         "prompts": rows,
         "pooled": all_steps,
     }
