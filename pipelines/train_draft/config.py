@@ -25,6 +25,9 @@ class TrainDraftConfig(TrainRunBase):
     steps: int = Field(100, ge=1)
     batch_size: int = Field(8, ge=1)  # per worker
     max_seq_len: int | None = Field(None, ge=8)  # truncate prompt + completion
+    # Batches drawn at a time and regrouped by length (1: off): they pad less, and every worker
+    # takes the same length rank at the same step (specexit_core/training/length_buckets.py).
+    length_buckets: int = Field(1, ge=1)
     lr: float = Field(2e-3, gt=0)
     warmup_steps: int = Field(10, ge=1)
     unroll: int = Field(7, ge=1)

@@ -26,6 +26,7 @@ from specexit_core.draft.checkpoint import load_draft, save_draft
 from specexit_core.draft.config import DraftConfig, vllm_default_aux_layer_ids
 from specexit_core.draft.model import SpecExitDraft
 from specexit_core.training.collate import collate
+from specexit_core.training.length_buckets import length_buckets
 from specexit_core.training.loss import LossConfig
 from specexit_core.training.step import DraftBatch, SpecExitObjective, train_step
 
@@ -84,6 +85,27 @@ def _save(inner: SpecExitObjective, opt, step: int, cfg: TrainDraftConfig, metri
         extra={"specexit_train": {"step": step, **{k: metrics[k] for k in ("loss", "token_loss") if k in metrics}}},
     )
     return d, Checkpoint.from_directory(d)
+
+
+def _batches(shard, cfg: TrainDraftConfig, epoch: int, step: int):
+    """The worker's batches for one pass over its shard: windows of `length_buckets` batches,
+    locally shuffled, each cut into batches of similar length (specexit_core/training/length_buckets.py)."""
+    window = cfg.batch_size * cfg.length_buckets
+    for w, nb in enumerate(
+        shard.iter_batches(
+            batch_size=window,
+            batch_format="numpy",
+            local_shuffle_buffer_size=max(4 * cfg.batch_size, 2 * window),
+            local_shuffle_seed=cfg.seed + 1000 * epoch + step,
+        )
+    ):
+        if cfg.length_buckets == 1:
+            yield nb
+            continue
+        lengths = [len(p) + len(c) for p, c in zip(nb["prompt_token_ids"], nb["completion_token_ids"])]
+        # the seed leaves the rank out: every worker takes the same length rank at the same step
+        for rows in length_buckets(lengths, cfg.batch_size, cfg.seed + 1000 * epoch + step + w):
+            yield {k: v[rows] for k, v in nb.items()}
 
 
 def train_loop(config: dict) -> None:
@@ -151,12 +173,7 @@ def train_loop(config: dict) -> None:
     while step < cfg.steps:
         n_batches = 0
         t_mark = time.time()
-        for nb in shard.iter_batches(
-            batch_size=cfg.batch_size,
-            batch_format="numpy",
-            local_shuffle_buffer_size=4 * cfg.batch_size,
-            local_shuffle_seed=cfg.seed + 1000 * epoch + step,
-        ):
+        for nb in _batches(shard, cfg, epoch, step):
             if step >= cfg.steps:
                 break
             n_batches += 1
