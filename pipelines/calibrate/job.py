@@ -211,6 +211,9 @@ def run_calibration(cfg: CalibrateConfig) -> dict:
             "peer_probe_stride": cfg.probe_stride(),
             "budget_sweep": list(cfg.budgets),
             "budget_chosen": None,
+            # the replay needs each trace's tokens, signals and probes, not their latency: every dev
+            # problem runs batched (the confirmation run below times like the evaluation)
+            "latency_problems": 0,
         }
     )
     base = run_evaluation(ev)
@@ -276,9 +279,7 @@ def run_calibration(cfg: CalibrateConfig) -> dict:
             (p for p in points if p["accuracy"] >= e_acc - cfg.tolerance - 1e-12),
             key=lambda p: (p["think_tokens"], -p["accuracy"]),
         )[:10],
-        "engine_default": {
-            k: base["methods"].get("specexit", {}).get(k) for k in ("accuracy", "think_tokens", "latency_s")
-        },
+        "engine_default": {k: base["methods"].get("specexit", {}).get(k) for k in ("accuracy", "think_tokens")},
     }
     peers = None
     if cfg.peers:
@@ -297,6 +298,7 @@ def run_calibration(cfg: CalibrateConfig) -> dict:
                 "signals": False,
                 "peer_probes": False,
                 "output": ev.output.rstrip("/") + "-confirm",
+                "latency_problems": cfg.eval.latency_problems,
                 "budget_sweep": [] if peers and "budget" in peers else ev.budget_sweep,  # only the chosen one
             }
         ).with_peers(peers)

@@ -90,8 +90,9 @@ class EvalConfig(StrictModel):
     batch_size: int = Field(16, ge=1)  # problems per engine-actor batch = rows per output part
     # Latency is timed at concurrency 1 (every method, one request at a time, in a shuffled order) on
     # the first `latency_problems` problems; the others get their accuracy and think tokens from one
-    # batched generate per single-request method (None: time every problem).
-    latency_problems: int | None = Field(None, ge=1)
+    # batched generate per single-request method (None: time every problem; 0: none, e.g. calibration's
+    # dev run, which only needs each method's tokens).
+    latency_problems: int | None = Field(None, ge=0)
     concurrency: int = Field(1, ge=1)  # engine actors (each runs its problems sequentially)
     think_start: str = "<think>"
     think_end: str = "</think>"

@@ -276,6 +276,12 @@ def check_run_identity(cfg: EvalConfig, problems: list[dict] | None = None) -> d
     return ident
 
 
+def timed_ids(problems: list[dict], latency_problems: int | None) -> set:
+    """Ids of the problems timed at concurrency 1: the first `latency_problems` (None: all, 0: none)."""
+    n = len(problems) if latency_problems is None else latency_problems
+    return {p["id"] for p in problems[:n]}
+
+
 def run_evaluation(cfg: EvalConfig) -> dict:
     """Run (or resume) the evaluation; returns the summary (also written to `<output>/summary.json`)."""
     t0 = time.time()
@@ -313,7 +319,7 @@ def run_evaluation(cfg: EvalConfig) -> dict:
 
         env = engine_env(cfg.engine, gpu)
         res = {"num_gpus": cfg.engine.tensor_parallel_size} if gpu else {"num_cpus": 1}
-        timed = {p["id"] for p in problems[: cfg.latency_problems or len(problems)]}
+        timed = timed_ids(problems, cfg.latency_problems)
         ds = ray.data.from_items([{**p, "timed": p["id"] in timed} for p in todo])
         ds = ds.map_batches(
             EvalWorker,

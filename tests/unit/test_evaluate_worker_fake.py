@@ -114,3 +114,12 @@ def test_only_the_budget_chosen_on_dev_is_timed(tmp_path):
             assert r["latency_s"] is not None and "batched" not in info
         else:  # the rest of the sweep: accuracy and think tokens only
             assert r["latency_s"] is None and info["batched"]
+
+
+def test_timed_subset_none_all_or_first_n():
+    from pipelines.evaluate.job import timed_ids
+
+    problems = [{"id": f"p{i}"} for i in range(5)]
+    assert timed_ids(problems, None) == {f"p{i}" for i in range(5)}
+    assert timed_ids(problems, 2) == {"p0", "p1"}
+    assert timed_ids(problems, 0) == set()  # calibration's dev run: every problem batched
