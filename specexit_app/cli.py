@@ -198,6 +198,26 @@ def cmd_bench_longgen(args: argparse.Namespace) -> int:
         return 2
 
 
+def cmd_bench_serve(args: argparse.Namespace) -> int:
+    from pipelines.common.provenance import provenance
+    from serve_app.serve_bench_run import ServeBenchConfig
+    from serve_app.serve_bench_run import main as bench_main
+
+    cfg = ServeBenchConfig(
+        model_set=args.model_set,
+        concurrency=tuple(int(x) for x in args.concurrency.split(",")),
+        requests=tuple(int(x) for x in args.requests.split(",")),
+        max_tokens=args.max_tokens,
+        num_cpus=args.num_cpus,
+        rounds=args.rounds,
+        serve_variants=tuple(
+            (name, tuple(tuple(kv.split("=", 1)) for kv in envs.split(",") if kv))
+            for name, _, envs in (v.partition(":") for v in args.serve_variant or ["default:"])
+        ),
+    )
+    return bench_main(cfg, as_json=args.json, extra=provenance(), output=args.output)
+
+
 def cmd_long_writer_build(args: argparse.Namespace) -> int:
     from specexit_core.teachers.long_writer import LONG_WRITER_DIR
     from specexit_core.teachers.long_writer_build import build, load_recipe
@@ -432,6 +452,26 @@ def build_parser() -> argparse.ArgumentParser:
         "--ngram-policy", choices=["adaptive", "always"], help="vllm_long's n-gram policy (default adaptive)"
     )
     bl.set_defaults(func=cmd_bench_longgen)
+    bs = be.add_parser(
+        "serve",
+        help="the Serve endpoint (openai client over HTTP) vs vLLM AsyncLLM in-process, same requests: "
+        "throughput ratio, engine ms per request, CPU-ms per request outside the engine",
+    )
+    bs.add_argument("--json", action="store_true", help='end with one JSON line {"rows": [...], ...}')
+    bs.add_argument("--model-set", choices=["toy", "long-writer"], default="long-writer")
+    bs.add_argument("--concurrency", default="1,16", help="comma-separated levels")
+    bs.add_argument("--requests", default="8,64", help="requests per level, comma-separated")
+    bs.add_argument("--max-tokens", type=int, help="tokens every request generates (default: the model set's)")
+    bs.add_argument("--num-cpus", type=int, default=8, help="logical CPUs of the local Ray cluster")
+    bs.add_argument("--rounds", type=int, default=2, help="direct then Serve, this many times (rows pool them)")
+    bs.add_argument(
+        "--serve-variant",
+        action="append",
+        help="NAME:KEY=VALUE,... env vars of the Serve path's Ray cluster, one Serve run each (repeat; "
+        "default: one run, 'default:', with none)",
+    )
+    bs.add_argument("--output", help="also write the raw JSON (with command, commit, machine, date) here")
+    bs.set_defaults(func=cmd_bench_serve)
 
     lw = sub.add_parser("long-writer", help="the built-in teacher that writes 16K+ checkable tokens").add_subparsers(
         dest="long_writer_cmd", required=True
