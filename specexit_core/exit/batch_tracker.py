@@ -9,7 +9,7 @@ whether `</think>` was seen, whether the tracker has decided -- next to the requ
 one step's tokens of many requests with a handful of array operations per token column.
 
 The rules are ExitTracker's: the EWMA is `smoothing.ewma_columns` (`ewma_step`'s float64 operations,
-column by column, so the same bits), the comparison `thresholds.signal_passes`. tests/unit/test_batch_tracker.py checks decision, index, think tokens,
+column by column, so the same bits), the comparison `thresholds.PASS_SIDE`'s. tests/unit/test_batch_tracker.py checks decision, index, think tokens,
 smoothed values and errors against `ExitTracker` over many random streams.
 
 One row of a scan is one request's step, as the hook feeds an `ExitTracker`:
@@ -29,17 +29,18 @@ skipped, so rows of one scan may hold different numbers of tokens.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from types import SimpleNamespace
 
 import numpy as np
 
 from specexit_core.exit.settings import ExitConfig
 from specexit_core.exit.signal_names import SIGNALS
 from specexit_core.exit.smoothing import ewma_columns
-from specexit_core.exit.thresholds import signal_passes
+from specexit_core.exit.thresholds import PASS_SIDE
 
 DECISION, BUDGET, ERROR = "signals", "max_think_tokens", "error"
-_NO_BUDGET = -1  # max_think_tokens None: think counts are >= 1 where the budget is compared
+_NO_BUDGET = np.iinfo(np.int64).max  # max_think_tokens None: a think count never reaches it
+_SIDE = np.array([PASS_SIDE[s] for s in SIGNALS])  # per signal: +1 passes above its threshold, -1 below
+_SPLIT, _START, _END = 1, 2, 4  # token class bits: split token, `<think>`, `</think>`
 
 
 @dataclass(frozen=True)
@@ -58,11 +59,13 @@ class BatchTrackers:
     """ExitTracker state (after its signals are folded in) for many requests, one slot each."""
 
     def __init__(self, *, split_token_ids, think_start_id: int, think_end_id: int, capacity: int = 16):
-        split = sorted(int(t) for t in split_token_ids)
-        # lookup by token id; the last entry (False) also answers for ids past it and for -1
-        self._is_split = np.zeros((split[-1] + 2) if split else 1, dtype=bool)
-        self._is_split[split] = True
+        split = [int(t) for t in split_token_ids]
         self.think_start, self.think_end = int(think_start_id), int(think_end_id)
+        # class bits by token id, one lookup per step; the last entry (0) also answers for ids past it
+        self._code = np.zeros(max([*split, self.think_start, self.think_end]) + 2, dtype=np.uint8)
+        self._code[split] |= _SPLIT
+        self._code[self.think_start] |= _START
+        self._code[self.think_end] |= _END
         self._free: list[int] = []
         self._n = 0
         self._alloc(capacity)
@@ -76,8 +79,8 @@ class BatchTrackers:
             "ended": np.zeros(cap, bool),  # `</think>` seen: never thinking again
             "exited": np.zeros(cap, bool),  # decided: frozen
             "alpha": np.ones(cap),
-            "thresholds": np.zeros((cap, len(SIGNALS))),  # in SIGNALS order
-            "used": np.zeros((cap, len(SIGNALS)), bool),  # the signals the method checks
+            "side_thresholds": np.zeros((cap, len(SIGNALS))),  # PASS_SIDE * threshold, in SIGNALS order
+            "unused": np.ones((cap, len(SIGNALS)), bool),  # the signals the method does not check (they pass)
             "min_think": np.zeros(cap, np.int64),
             "max_think": np.full(cap, _NO_BUDGET, np.int64),
         }
@@ -104,8 +107,8 @@ class BatchTrackers:
         self.has[slot] = self.ended[slot] = self.exited[slot] = False
         self.think[slot] = 0
         self.alpha[slot] = cfg.alpha
-        self.thresholds[slot] = [getattr(cfg, f"{s}_threshold") for s in SIGNALS]
-        self.used[slot] = [s in cfg.signals_used for s in SIGNALS]
+        self.side_thresholds[slot] = [PASS_SIDE[s] * getattr(cfg, f"{s}_threshold") for s in SIGNALS]
+        self.unused[slot] = [s not in cfg.signals_used for s in SIGNALS]
         self.min_think[slot] = cfg.min_think_tokens
         self.max_think[slot] = _NO_BUDGET if cfg.max_think_tokens is None else cfg.max_think_tokens
         return slot
@@ -120,20 +123,28 @@ class BatchTrackers:
         caller's to drop), and returns the first event of every row that has one (most have none)."""
         width, n = tok.shape
         p = n_commit
-        # Most steps hold no `</think>`, rows that all have an average and are past min_think_tokens,
-        # no budget in reach and finite signals: each of those cases skips its arrays (None below).
-        is_end = valid & (tok == self.think_end)
+        # Most steps hold no `<think>`/`</think>` and no split token past the first ones, rows that all
+        # have an average and are past min_think_tokens, no budget in reach and finite signals: each of
+        # those cases skips its arrays (None below). One lookup classifies every valid token.
+        code = np.take(self._code, tok, mode="clip")
+        code *= valid
+        flags = int(np.bitwise_or.reduce(code, axis=None))
         ended0 = self.ended[slots]
-        ended_before = _shifted_or(is_end, ended0) if is_end.any() or ended0.any() else None
-        not_think = tok == self.think_start
-        if ended_before is not None:
-            not_think |= ended_before | is_end
-        is_think = valid & ~not_think
+        ended_before = is_end = None
+        is_think = valid
+        if flags & (_START | _END) or ended0.any():
+            is_end = (code & _END).astype(bool)
+            if flags & _END or ended0.any():
+                ended_before = _shifted_or(is_end, ended0)
+            not_think = (code & _START).astype(bool)
+            if ended_before is not None:
+                not_think |= ended_before | is_end
+            is_think = valid & ~not_think
         has0 = self.has[slots]
         has_before = None if has0.all() else _shifted_or(is_think, has0)
-        think0, min_think, max_think = self.think[slots], self.min_think[slots], self.max_think[slots]
-        budget_rows = (max_think != _NO_BUDGET) & (think0 + width >= max_think)
-        budgets = bool(budget_rows.any())
+        think0, max_think = self.think[slots], self.max_think[slots]
+        budgets = bool((think0 + width >= max_think).any())
+        min_think = self.min_think[slots]
         think = None  # think tokens up to each column, where a rule needs them
         if budgets or not (think0 >= min_think).all():
             think = np.cumsum(is_think, axis=0)
@@ -144,19 +155,21 @@ class BatchTrackers:
         # weight of each column's value: alpha, 1 for the first think token (starts the EWMA), 0 for
         # non-think tokens -- then each column is the tracker's ewma_step, or nothing, bit for bit.
         alpha = self.alpha[slots]
-        w = np.where(is_think, alpha if has_before is None else np.where(has_before, alpha, 1.0), 0.0)
-        before = ewma_columns(self.ema[slots], xs, w[..., None])  # [L + 1, N, 3]: EWMA before each column
-        # split tokens by lookup; ids past the table read its last entry (False); invalid columns are masked
-        split = valid & np.take(self._is_split, tok, mode="clip")
+        w = np.empty(x.shape)  # as wide as the values: the EWMA's array operations then run contiguous
+        w[...] = np.where(is_think, alpha if has_before is None else np.where(has_before, alpha, 1.0), 0.0)[..., None]
+        before = ewma_columns(self.ema.take(slots, axis=0), xs, w)  # [L + 1, N, 3]: EWMA before each column
+        split = (code & _SPLIT).astype(bool) if flags & _SPLIT else None  # `code` is 0 at invalid columns
         budget = is_think & (think == max_think) if budgets else None
-        cand = is_think & split
-        if has_before is not None:
-            cand &= has_before
-        if think is not None:
-            cand &= think >= min_think
-        if budget is not None:
-            cand &= ~budget
-        stop = self._passes(slots, before, cand) if cand.any() else None
+        stop = None
+        if split is not None:
+            cand = is_think & split
+            if has_before is not None:
+                cand &= has_before
+            if think is not None:
+                cand &= think >= min_think
+            if budget is not None:
+                cand &= ~budget
+            stop = self._passes(slots, before, cand) if cand.any() else None
         if budget is not None:
             stop = budget if stop is None else stop | budget
         err = None
@@ -165,9 +178,9 @@ class BatchTrackers:
             err[:p] = valid[:p] & ~finite[:p]  # committed: the token's own signal, given first
             if width > p + 1:  # drafts: the previous draft's signal, given before the draft (look-ahead only)
                 think_commit = think0 + is_think[:p].sum(axis=0)
-                look_ahead = split[p:].any(axis=0) | (
-                    (max_think != _NO_BUDGET) & (think_commit + valid[p:].sum(axis=0) >= max_think)
-                )
+                look_ahead = think_commit + valid[p:].sum(axis=0) >= max_think
+                if split is not None:
+                    look_ahead |= split[p:].any(axis=0)
                 err[p + 1 :] = valid[p + 1 :] & ~finite[p:-1] & look_ahead
                 if ended_before is not None:
                     err[p + 1 :] &= ~ended_before[p + 1 :]
@@ -175,7 +188,8 @@ class BatchTrackers:
         if p:  # the committed state moves for every row (rows that stop are frozen or dropped below)
             last = p - 1
             self.ema[slots] = before[p]
-            self.has[slots] = True if has_before is None else has_before[last] | is_think[last]
+            if has_before is not None:  # else every row has an average already
+                self.has[slots] = has_before[last] | is_think[last]
             self.think[slots] = think0 + is_think[:p].sum(axis=0) if think is None else think[last]
             if ended_before is not None:
                 self.ended[slots] = ended_before[last] | is_end[last]
@@ -197,17 +211,14 @@ class BatchTrackers:
 
     def _passes(self, slots: np.ndarray, before: np.ndarray, cand: np.ndarray) -> np.ndarray:
         """`passes` at the candidate columns (split think tokens past min_think_tokens, with an
-        average), each row with its own thresholds and method."""
+        average), each row with its own thresholds and method: `PASS_SIDE * value > PASS_SIDE *
+        threshold` for every signal, or the method does not use it."""
         cols, rows = np.nonzero(cand)
         s = slots[rows]
-        values, thr = before[cols, rows], self.thresholds[s]  # [M, 3] each
-        ns = SimpleNamespace(**{f"{name}_threshold": thr[:, i] for i, name in enumerate(SIGNALS)})
-        passed = self.used[s]
-        np.logical_not(passed, out=passed)  # signals the method does not use pass
-        for i, name in enumerate(SIGNALS):
-            passed[:, i] |= signal_passes(name, values[:, i], ns)
+        ok = before[cols, rows] * _SIDE > self.side_thresholds.take(s, axis=0)  # [M, 3]
+        ok |= self.unused.take(s, axis=0)
         out = np.zeros(cand.shape, bool)
-        out[cols, rows] = passed.all(axis=1)
+        out[cols, rows] = ok.all(axis=1)
         return out
 
 

@@ -77,23 +77,39 @@ class CommittedRows:
     def gen0(self, slots: np.ndarray, pos0: np.ndarray) -> np.ndarray:
         return pos0 - self.n_prompt[slots]
 
-    def stream(self, slots, gen0, cur_tok, cur_sig, cur_valid) -> Stream:
-        """cur_*: this step's rows, [K+1, N] (input 0, drafts); `cur_valid` False past a row's drafts."""
+    def stream(self, slots, gen0, cur_tok, cur_sig, cur_valid=None) -> Stream:
+        """cur_*: this step's rows, [K+1, N] (input 0, drafts; views will do); `cur_valid` False past
+        a row's drafts (None: every row has K drafts). The stream's arrays are written in place, no
+        concatenation; they are fresh, so `advance` may keep them."""
         width = len(self.last_tok)
+        w1, (k1, n) = width - 1, cur_tok.shape
         last_gen0 = self.last_gen0[slots]
-        accepted = gen0 - last_gen0 - 1  # -1: the same input 0 as last step
-        last_tok = self.last_tok[:, slots]
-        lost = (accepted > self.last_n[slots] - 1) | (accepted < -1)
-        lost |= (accepted == -1) & (cur_tok[0] != last_tok[0])
-        valid = np.concatenate([np.arange(1, width)[:, None] <= accepted, cur_valid])
-        valid[width - 1] &= accepted >= 0
+        a1 = gen0 - last_gen0  # drafts accepted + 1 (0: the same input 0 as last step)
+        last_tok = self.last_tok.take(slots, axis=1)
+        lost = (a1 > self.last_n[slots]) | (a1 < 0)
+        same = a1 == 0
+        if same.any():
+            lost |= same & (cur_tok[0] != last_tok[0])
+        tok = np.empty((w1 + k1, n), np.int64)
+        tok[:w1] = last_tok[1:]
+        tok[w1:] = cur_tok
+        sig = np.empty((w1 + k1, n, N_SIGNALS))
+        np.take(self.last_sig[1:], slots, axis=1, out=sig[:w1], mode="clip")
+        sig[w1:] = cur_sig
+        valid = np.empty((w1 + k1, n), bool)
+        np.less(np.arange(1, width)[:, None], a1, out=valid[:w1])  # last step's draft j: accepted
+        if cur_valid is None:
+            valid[w1:] = True
+        else:
+            valid[w1:] = cur_valid
+        valid[w1] &= a1 > 0  # input 0, unless it was last step's input 0 too
         return Stream(
             gen0=gen0,
             last_gen0=last_gen0,
             last_input0=last_tok[0],
             lost=lost,
-            tok=np.concatenate([last_tok[1:], cur_tok]),
-            sig=np.concatenate([self.last_sig[1:, slots], cur_sig]),
+            tok=tok,
+            sig=sig,
             valid=valid,
             n_commit=width,
         )

@@ -15,7 +15,9 @@ with the draft's `fc` signal rows (no extra forward pass), then replay the exit 
 The exit state is `ExitTracker`'s, kept for all requests in batch-wide arrays (`BatchTrackers`, one
 slot per request) and advanced by one numpy scan per step for the whole batch, so a step costs a
 fixed number of array operations, not Python per token; Python runs per request only for a new
-request, an exit decision, a pending exit, a fallback or thinking just over (the hook's cost:
+request, an exit decision, a pending exit, a fallback or thinking just over. The device work (aux
+rows -> signals) covers only the rows of requests the hook still follows: a request that exited,
+ended its thinking, fell back or runs without SpecExit costs no signal rows (the hook's cost:
 docs/dev/vllm-0.32-internals.md §9).
 
 Committed tokens are reconstructed from the step inputs alone (device `input_ids`/`positions` at
@@ -179,32 +181,53 @@ class SpecExitRunnerState:
         slots = self._batch_slots(runner, runner.input_batch.req_ids[:num_reqs])
         follow = self.follow[slots]  # slot -1 reads the last entry: False
         if hasattr(runner, "discard_request_mask"):
-            follow &= ~runner.discard_request_mask.np[:num_reqs].astype(bool)
-        if not follow.any():
+            discard = runner.discard_request_mask.np[:num_reqs]
+            if discard.any():
+                follow &= ~discard.astype(bool)
+        fol = np.flatnonzero(follow)
+        if len(fol) == 0:
             return  # SpecExit off or over for the whole batch: no device work at all
-        sig, tok, pos = self._host_rows(runner, sdm, aux)
         n_drafts, start = self._n_drafts(sdm.num_draft_tokens)
-        gen0 = self.rows.gen0(slots, pos[start])
-        sel = np.flatnonzero(follow & (gen0 >= 0))  # gen0 < 0: a prefill row (its input is a prompt token)
-        if len(sel) == 0:
-            return
+        first_row = start  # of each followed request among the step's logit rows
+        if len(fol) < num_reqs:  # device work only for the requests that still think
+            first_row = start[fol]
+            n_drafts, start, rows = _compact(n_drafts, start, fol)
+            sig, tok, pos = self._host_rows(runner, sdm, aux, rows)
+        else:
+            sig, tok, pos = self._host_rows(runner, sdm, aux)
+        s = slots if len(fol) == num_reqs else slots[fol]
+        gen0 = self.rows.gen0(s, pos[start])
+        sel = None
+        if gen0.min() < 0:  # a prefill row (its input is a prompt token): not a generated token
+            sel = np.flatnonzero(gen0 >= 0)
+            if len(sel) == 0:
+                return
+            gen0, s, first_row = gen0[sel], s[sel], first_row[sel]
         cur_tok, cur_sig, cur_valid = _by_column(tok, sig, start, n_drafts, sel)
-        s = slots[sel]
-        stream = self.rows.stream(s, gen0[sel], cur_tok, cur_sig, cur_valid)
-        scan = np.flatnonzero(~(stream.lost | self.trackers.exited[s]))
-        if len(scan) == len(s):
+        stream = self.rows.stream(s, gen0, cur_tok, cur_sig, cur_valid)
+        exited = self.trackers.exited[s]
+        skip = stream.lost | exited
+        scan = np.flatnonzero(~skip) if skip.any() else None
+        if scan is None:
             events = self.trackers.scan(s, stream.tok, stream.sig, stream.valid, stream.n_commit)
         else:
             events = self.trackers.scan(
                 s[scan], stream.tok[:, scan], stream.sig[:, scan], stream.valid[:, scan], stream.n_commit
             )
-        self.rows.advance(s, stream.gen0, cur_tok, cur_sig, n_drafts[sel] + 1)
+        w1 = stream.n_commit - 1
+        n_rows = (n_drafts if sel is None else n_drafts[sel]) + 1
+        self.rows.advance(s, stream.gen0, stream.tok[w1:], stream.sig[w1:], n_rows)
         # Python per request only where needed: an event, lost track, a pending exit or thinking over
-        todo: dict[int, ScanEvent | None] = {r: None for r in np.flatnonzero(stream.lost).tolist()}
+        # (a row that exits this step has an event; `exited` from before the scan covers the others)
+        todo: dict[int, ScanEvent | None] = {}
+        if stream.lost.any():
+            todo = {r: None for r in np.flatnonzero(stream.lost).tolist()}
         for ev in events:
-            todo[int(scan[ev.row])] = ev
-        for r in np.flatnonzero(self.pending[s] | self.trackers.exited[s] | self.trackers.ended[s]).tolist():
-            todo.setdefault(r, None)
+            todo[ev.row if scan is None else int(scan[ev.row])] = ev
+        attention = self.pending[s] | exited | self.trackers.ended[s]
+        if attention.any():
+            for r in np.flatnonzero(attention).tolist():
+                todo.setdefault(r, None)
         for r in sorted(todo):
             req_id = self.slot_req[int(s[r])]
             st = self.reqs[req_id]
@@ -215,7 +238,7 @@ class SpecExitRunnerState:
                 continue
             if j is not None:
                 with torch.inference_mode():  # the logits are inference tensors
-                    exec_state.logits[int(start[sel[r]]) + j, self.think_end] = FORCE_LOGIT
+                    exec_state.logits[int(first_row[r]) + j, self.think_end] = FORCE_LOGIT
 
     def _n_drafts(self, num_draft_tokens: list[int]) -> tuple[np.ndarray, np.ndarray]:
         """Drafts per request and each request's first logit row (usually the same as last step)."""
@@ -226,14 +249,17 @@ class SpecExitRunnerState:
             self._last_drafts = (list(num_draft_tokens), n, start)
         return self._last_drafts[1], self._last_drafts[2]
 
-    def _host_rows(self, runner, sdm, aux) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(signals [R, 3], token ids [R], positions [R]) of the logit rows, in ONE device->host
-        transfer: signals activated on the device (float64, as the reference computes them), token
-        ids and positions exact in float64."""
+    def _host_rows(self, runner, sdm, aux, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(signals [R, 3], token ids [R], positions [R]) of the logit rows `rows` (None: all), in ONE
+        device->host transfer: signals activated on the device (float64, as the reference computes
+        them), token ids and positions exact in float64. A row's signals do not depend on which
+        other rows are computed with it (tests/unit/test_runner_hook_rows.py)."""
         idx = sdm.logits_indices
+        if rows is not None:
+            idx = idx.index_select(0, torch.from_numpy(rows).to(idx.device))
         n = idx.shape[0]
         # logits_indices are increasing token indices: as many as tokens means all of them, in order
-        whole = n == aux[0].shape[0]
+        whole = rows is None and n == aux[0].shape[0]
         feats = torch.cat(aux if whole else [h.index_select(0, idx) for h in aux], dim=-1)
         w = self.model.signal_weight()
         sig = activate((feats.to(w.dtype) @ w.t()).double())
@@ -247,8 +273,8 @@ class SpecExitRunnerState:
         host = torch.empty(block.shape, dtype=block.dtype, pin_memory=True)
         host.copy_(block, non_blocking=True)
         torch.cuda.current_stream(block.device).synchronize()  # the one wait: rows decide the logits
-        rows = host.numpy()
-        return rows[:, :3], rows[:, 3].astype(np.int64), rows[:, 4].astype(np.int64)
+        out = host.numpy()
+        return out[:, :3], out[:, 3].astype(np.int64), out[:, 4].astype(np.int64)
 
     def _per_request(self, req_id: str, st: _ReqState, stream: Stream, r: int, ev: ScanEvent | None) -> int | None:
         """The rare per-request part of a step: returns the logit row to force, if any."""
@@ -312,17 +338,29 @@ class SpecExitRunnerState:
             self.counters["telemetry_errors"] = self.events.errors
 
 
+def _compact(n_drafts, start, fol):
+    """The followed requests' rows only: their drafts, first rows among the kept rows, and the
+    kept rows' indices among the step's logit rows."""
+    n = n_drafts[fol]
+    k1 = n + 1
+    first = np.zeros(len(fol), np.int64)
+    np.cumsum(k1[:-1], out=first[1:])
+    rows = np.repeat(start[fol] - first, k1) + np.arange(int(k1.sum()))
+    return n, first, rows
+
+
 def _by_column(tok, sig, start, n_drafts, sel):
-    """Rows of the selected requests, column-major: tokens [K+1, N], signals [K+1, N, 3], valid
-    [K+1, N] (K: the step's most drafts; a request with fewer repeats its last row, masked)."""
+    """Rows of the selected requests (None: all), column-major: tokens [K+1, N], signals
+    [K+1, N, 3], valid [K+1, N] or None when every row is (K: the step's most drafts; a request
+    with fewer repeats its last row, masked). Views where they can be: the stream copies them."""
     k1 = int(n_drafts.max()) + 1
     if len(tok) == len(start) * k1:  # every request has K drafts (the usual decode step)
         t, x = tok.reshape(-1, k1), sig.reshape(-1, k1, 3)
-        if len(sel) < len(start):
+        if sel is not None:
             t, x = t[sel], x[sel]
-        return np.ascontiguousarray(t.T, np.int64), np.ascontiguousarray(x.transpose(1, 0, 2)), np.ones(t.T.shape, bool)
-    nd = n_drafts[sel]
-    idx = start[sel] + np.minimum(np.arange(k1)[:, None], nd)
+        return t.T, x.transpose(1, 0, 2), None
+    nd = n_drafts if sel is None else n_drafts[sel]
+    idx = (start if sel is None else start[sel]) + np.minimum(np.arange(k1)[:, None], nd)
     return tok[idx].astype(np.int64), sig[idx], np.arange(k1)[:, None] <= nd
 
 
