@@ -22,7 +22,8 @@ import uuid
 from pathlib import Path
 
 
-def _pct(xs: list[float], q: float) -> float:
+def percentile(xs: list[float], q: float) -> float:
+    """The nearest-rank q-quantile (0..1) of xs (also `specexit bench serve`'s)."""
     xs = sorted(xs)
     return xs[min(len(xs) - 1, max(0, int(round(q * (len(xs) - 1)))))]
 
@@ -34,8 +35,8 @@ def _summary(lat: list[float], tokens: list[int], think: list[int], wall: float)
         "tokens": sum(tokens),
         "throughput_tok_s": round(sum(tokens) / wall, 1),
         "requests_per_s": round(len(lat) / wall, 2),
-        "p50_latency_s": round(_pct(lat, 0.5), 4),
-        "p99_latency_s": round(_pct(lat, 0.99), 4),
+        "p50_latency_s": round(percentile(lat, 0.5), 4),
+        "p99_latency_s": round(percentile(lat, 0.99), 4),
         "mean_think_tokens": round(statistics.mean(think), 1) if think else None,
     }
 

@@ -45,6 +45,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from serve_app.bench import percentile
+
 TOY_CONFIG = Path(__file__).with_name("toy_cpu.yaml")
 ENGINE_ROLE, CLIENT_ROLE = "engine", "client"
 # process title fragments -> role (first match wins; a process matching none is "ray")
@@ -181,11 +183,6 @@ async def timed(path: str, one, items: list, concurrency: int) -> Measured:
 
 
 # -- rows (pure: tests/unit/test_serve_bench.py drives it with fakes) -----------------------------------------
-def _pct(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, max(0, round(q * (len(xs) - 1))))]
-
-
 def _ms(seconds: float, n: int) -> float:
     return round(1000 * seconds / n, 2)
 
@@ -202,8 +199,8 @@ def row(m: Measured) -> dict:
         "wall_s": round(m.wall_s, 3),
         "requests_per_s": round(n / m.wall_s, 3),
         "tokens_per_s": round(sum(m.completion_tokens) / m.wall_s, 1),
-        "p50_latency_s": round(_pct(m.latencies_s, 0.5), 4),
-        "p99_latency_s": round(_pct(m.latencies_s, 0.99), 4),
+        "p50_latency_s": round(percentile(m.latencies_s, 0.5), 4),
+        "p99_latency_s": round(percentile(m.latencies_s, 0.99), 4),
         "mean_latency_s": round(statistics.mean(m.latencies_s), 4),
         "cpu_ms_per_request": {k: _ms(v, n) for k, v in sorted(m.cpu_s.items())},
         "engine_cpu_ms_per_request": _ms(m.cpu_s.get(ENGINE_ROLE, 0.0), n),

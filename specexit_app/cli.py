@@ -146,13 +146,15 @@ def cmd_bench_kv(args: argparse.Namespace) -> int:
     return bench_main(kv_bench_config(args), as_json=args.json, extra=provenance())
 
 
+def csv(v: str | None, conv) -> list | None:
+    """A comma-separated option as a list (None stays None)."""
+    return None if v is None else [conv(x) for x in v.split(",") if x.strip()]
+
+
 def longgen_bench_config(args: argparse.Namespace):
     """The `bench longgen` options given on the command line over LongGenBenchConfig's defaults."""
     from specexit_core.bench.longgen_bench import LongGenBenchConfig
     from specexit_core.typed_config import load_config
-
-    def csv(v, conv):
-        return None if v is None else [conv(x) for x in v.split(",") if x.strip()]
 
     over = {
         "model_set": args.model_set,
@@ -205,8 +207,8 @@ def cmd_bench_serve(args: argparse.Namespace) -> int:
 
     cfg = ServeBenchConfig(
         model_set=args.model_set,
-        concurrency=tuple(int(x) for x in args.concurrency.split(",")),
-        requests=tuple(int(x) for x in args.requests.split(",")),
+        concurrency=tuple(csv(args.concurrency, int)),
+        requests=tuple(csv(args.requests, int)),
         max_tokens=args.max_tokens,
         num_cpus=args.num_cpus,
         rounds=args.rounds,
