@@ -48,11 +48,23 @@ class PoseWindows(StrictModel):
     max_output_tokens: int = MAX_OUTPUT_TOKENS  # positions trained: a chunk ends before this output token
 
 
+class ShortWindows(StrictModel):
+    """A second window shape mixed into a long-window stage: a stage on long windows alone raises the far
+    buckets but forgets the near ones within ~60 steps (docs/longgen.md, r3-r5), so a share of its steps
+    trains short windows again. A short step holds `batch_size` windows (keep its tokens near a long
+    step's, so every step costs about the same)."""
+
+    share: float = Field(0.5, ge=0.0, le=1.0)  # of the steps (drawn per step, seeded)
+    batch_size: int = Field(16, ge=1)
+    pose: PoseWindows = Field(default_factory=PoseWindows)
+
+
 class LongWriterBuildConfig(TrainRecipe):
     """The long writer's recipe (`--config FILE`, and `build_config.json` beside the weights)."""
 
     arch: LongWriterArch = Field(default_factory=LongWriterArch)
     pose: PoseWindows = Field(default_factory=PoseWindows)
+    short: ShortWindows | None = None  # None: every step is `batch_size` windows of `pose`
     steps: int = 547  # the shipped build: ~16 min on 2 cores (set from the measured time per step)
     batch_size: int = 16  # more, smaller steps: the budget is minutes, the lookup tables want updates
     lr: float = 3e-3
@@ -122,11 +134,15 @@ def window(
 
 
 def batches(cfg: LongWriterBuildConfig, tok):
-    """Endless batches of (ids and position ids stacked [B, 2, T], labels [B, T], attention [B, T])."""
+    """Endless batches of (ids and position ids stacked [B, 2, T], labels [B, T], attention [B, T]); with
+    `cfg.short`, each step draws its window shape."""
     rng = random.Random(cfg.seed)
     lines = LineIds(tok)
     while True:
-        rows = [window(sample_prompt(rng, "train"), rng, cfg.pose, lines) for _ in range(cfg.batch_size)]
+        pose, size = cfg.pose, cfg.batch_size
+        if cfg.short is not None and rng.random() < cfg.short.share:
+            pose, size = cfg.short.pose, cfg.short.batch_size
+        rows = [window(sample_prompt(rng, "train"), rng, pose, lines) for _ in range(size)]
         n = max(len(r[0]) for r in rows)
         x = torch.zeros(len(rows), 2, n, dtype=torch.long)
         lab = torch.full((len(rows), n), -100, dtype=torch.long)

@@ -6,7 +6,14 @@ import random
 import pytest
 
 from specexit_core.teachers.long_writer import LONG_WRITER_DIR, MAX_MODEL_LEN, MAX_OUTPUT_TOKENS
-from specexit_core.teachers.long_writer_build import LineIds, PoseWindows, window
+from specexit_core.teachers.long_writer_build import (
+    LineIds,
+    LongWriterBuildConfig,
+    PoseWindows,
+    ShortWindows,
+    batches,
+    window,
+)
 from specexit_core.teachers.long_writer_task import LINE_TOKENS, WalkPrompt, next_state, prompts, render, score
 from specexit_core.teachers.long_writer_tokenizer import build_tokenizer
 
@@ -89,6 +96,22 @@ def test_pose_windows_hold_the_true_tokens_at_their_true_positions(tok):
                 assert labels[k : k + LINE_TOKENS] == [-100] * LINE_TOKENS
         far = max(far, pos[-1])
     assert far > 15000  # positions reach a 16K output
+
+
+def test_a_long_window_stage_mixes_in_short_steps_at_the_share_asked(tok):
+    from itertools import islice
+
+    long = PoseWindows(window_tokens=2048, max_chunks=2, min_chunk_lines=16)
+    short = ShortWindows(share=0.5, batch_size=8, pose=PoseWindows())
+    shapes = [
+        tuple(x.shape)
+        for x, _, _ in islice(batches(LongWriterBuildConfig(batch_size=2, pose=long, short=short), tok), 40)
+    ]
+    n_short = sum(b == 8 and t <= 512 for b, _, t in shapes)
+    assert all((b, t <= 512) in ((8, True), (2, False)) for b, _, t in shapes)
+    assert 10 <= n_short <= 30  # about half the steps, drawn from the seeded stream
+    plain = [tuple(x.shape) for x, _, _ in islice(batches(LongWriterBuildConfig(batch_size=2, pose=long), tok), 10)]
+    assert all(b == 2 and t > 512 for b, _, t in plain)  # no `short`: every step is a long one
 
 
 def test_shipped_model_config_and_size(tok):
