@@ -9,14 +9,19 @@ fails at load time instead of being silently ignored. `load_config` is the only 
 Paths follow one rule (`resolve_path`, `resolve_model`): relative local paths are made absolute
 against `$SPECEXIT_ROOT`, else the working directory, in the process that reads the config
 (Ray workers and Serve replicas run elsewhere); `toy:teacher` / `toy:draft` name the shipped toy
-models; URIs (`s3://...`) and hub ids (`org/name`) pass through unchanged.
+models, `teacher:NAME` a built-in teacher (`teacher:qwen3-like`: its full checkpoint, materialised on
+first use on each node); URIs (`s3://...`) and hub ids (`org/name`) pass through unchanged.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import fcntl
 import os
-from collections.abc import Mapping
+import shutil
+import tempfile
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -29,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 # (or to shared storage) to keep outputs where the next job finds them.
 ROOT_ENV = "SPECEXIT_ROOT"
 TOY_PREFIX = "toy:"
+TEACHER_PREFIX = "teacher:"
 
 
 class StrictModel(BaseModel):
@@ -112,8 +118,8 @@ def resolve_path(p: str | None) -> str | None:
 
 
 def resolve_model(m: str | None) -> str | None:
-    """A model (or draft) reference: `toy:teacher` / `toy:draft` become the shipped folders; a
-    folder that exists (relative to `base_dir()`, else to the cwd, e.g. a job's copy of the working
+    """A model (or draft) reference: `toy:teacher` / `toy:draft` become the shipped folders,
+    `teacher:NAME` the materialised folder of a built-in teacher (`teacher_model`); a folder that exists (relative to `base_dir()`, else to the cwd, e.g. a job's copy of the working
     dir, which holds the shipped toy teacher) becomes absolute, as does anything spelled as a path
     (`./x`, `/x`, `~/x`); anything else is a hub id (`Qwen/Qwen3-4B-Thinking-2507`) or a URI and
     passes through for vLLM / transformers to fetch."""
@@ -121,6 +127,8 @@ def resolve_model(m: str | None) -> str | None:
         return m
     if m.startswith(TOY_PREFIX):
         return toy_model(m)
+    if m.startswith(TEACHER_PREFIX):
+        return teacher_model(m)
     for local in (Path(resolve_path(m)), Path(m).expanduser().resolve()):
         if local.exists():
             return str(local)
@@ -135,3 +143,73 @@ def toy_model(name: str) -> str:
     if name not in folders:
         raise ConfigError(f"unknown toy model {name!r}; use toy:teacher or toy:draft")
     return str(folders[name])
+
+
+# -- built-in teachers -----------------------------------------------------------------------------
+BUILTIN_TEACHERS = ("qwen3-like",)
+
+
+def builtin_teacher(name: str) -> tuple[Path, Callable[[Path], Path]]:
+    """(the cached folder, `materialize(out) -> out`) of the built-in teacher `name`; ConfigError for
+    an unknown name. The one place that knows the teachers (switching to the teacher registry,
+    `specexit_core.teachers.registry.get_teacher`, changes only this function)."""
+    if name == "qwen3-like":
+        from specexit_core.teachers.materialize import default_dir, materialize
+
+        return default_dir(name), lambda out: materialize(out=out)
+    raise ConfigError(f"unknown built-in teacher {name!r}; known: {', '.join(BUILTIN_TEACHERS)}")
+
+
+def teacher_model(ref: str) -> str:
+    """`teacher:NAME`: the full checkpoint of a built-in teacher, materialised on first use.
+
+    The cached folder (`specexit teacher materialize NAME` makes the same one) is reused while it was
+    made from the shipped weights now in the package (the teacher's own up-to-date check). Safe when
+    several processes of one node resolve it at once (Ray workers, engine actors, Serve replicas
+    load the config each): an exclusive file lock next to the folder, the build in a temporary
+    sibling folder, then a rename into place, so no process ever sees a half-written folder."""
+    name = ref[len(TEACHER_PREFIX) :]
+    if not name:
+        raise ConfigError(f"empty teacher name in {ref!r}; known: {', '.join(BUILTIN_TEACHERS)}")
+    target, build = builtin_teacher(name)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with _file_lock(target.parent / f".{target.name}.lock"):
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+        try:
+            marker = _up_to_date_marker(target)
+            if marker is not None:  # the teacher's check compares this marker with the shipped weights
+                shutil.copyfile(marker, tmp / marker.name)
+            build(tmp)
+            if marker is not None and not (tmp / "config.json").exists():
+                return str(target)  # up to date: the build only checked the marker
+            _replace_dir(tmp, target)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return str(target)
+
+
+def _up_to_date_marker(folder: Path) -> Path | None:
+    """The file a materialised teacher keeps its source in (`source.json`), when the folder is whole."""
+    marker = folder / "source.json"
+    return marker if marker.exists() and (folder / "config.json").exists() else None
+
+
+def _replace_dir(new: Path, target: Path) -> None:
+    """Move the finished folder `new` to `target` (an older `target` is moved aside first, then deleted)."""
+    old = None
+    if target.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
+        os.rename(target, old / target.name)
+    os.rename(new, target)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path):
+    with open(path, "a+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
