@@ -54,6 +54,14 @@ def read_events(cfg: TrainDraftConfig) -> list[dict]:
     return read_run_events(events_path(cfg))
 
 
+def exit_vocab(tids, counts) -> tuple[list[int], list[int]]:
+    """The tokens the exit needs in the draft vocab: (always: `</think>` and EOS; the paragraph
+    breaks the traces use). Only the breaks that occur: a byte-level BPE tokenizer has hundreds
+    (Qwen3: 712), more than a small draft vocab holds, and one the teacher never writes is never
+    drafted (draft_vocab_from_counts prefers the others' ids, the unused ones come last)."""
+    return [tids.think_end, *tids.eos], [int(t) for t in tids.split if counts[t] > 0]
+
+
 def prepare_init_draft(cfg: TrainDraftConfig, run_dir: Path, must_keep: list[int]):
     """The SpecExit folder training starts from (a stock EAGLE-3 draft gets zero signal rows), and
     its vocab maps. Checks that it fits the target and keeps the tokens the exit needs."""
@@ -130,10 +138,11 @@ def run(cfg: TrainDraftConfig) -> dict:
     ).iter_rows():
         counts += np.asarray(r["counts"], dtype=np.int64)
     init_dir = None
+    always, splits = exit_vocab(tids, counts)
     if cfg.init_draft:
-        init_dir, d2t, t2d = prepare_init_draft(cfg, run_dir, [tids.think_end, *tids.split, *tids.eos])
+        init_dir, d2t, t2d = prepare_init_draft(cfg, run_dir, [*always, *splits])
     else:
-        d2t, t2d = draft_vocab_from_counts(counts, cfg.draft_vocab_size, [tids.think_end, *tids.split, *tids.eos])
+        d2t, t2d = draft_vocab_from_counts(counts, cfg.draft_vocab_size, always, prefer=splits)
     covered = float(counts[t2d.numpy()].sum() / max(counts.sum(), 1))
     log.info(
         "train_draft: %d labeled rows (of %d); draft vocab %d covers %.1f%% of completion tokens%s",
