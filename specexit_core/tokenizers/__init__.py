@@ -6,3 +6,4 @@ from pathlib import Path
 
 TOKENIZERS_DIR = Path(__file__).resolve().parent
 QWEN3_TOKENIZER_DIR = TOKENIZERS_DIR / "qwen3"
+R1_DISTILL_LLAMA_TOKENIZER_DIR = TOKENIZERS_DIR / "r1_distill_llama"
