@@ -32,30 +32,32 @@ def cmd_toy_build(args: argparse.Namespace) -> int:
 
 
 def cmd_teacher_build(args: argparse.Namespace) -> int:
-    from specexit_core.teachers.qwen3_like import ASSETS_DIR
-    from specexit_core.teachers.qwen3_like_build import Qwen3LikeBuildConfig, build
+    from specexit_core.teachers.build import build, load_build_config
+    from specexit_core.teachers.registry import get_teacher
 
+    spec = get_teacher(args.name)
     d = json.loads(Path(args.config).read_text()) if args.config else {}
     if args.steps is not None:
         d["steps"] = args.steps
-    build(Qwen3LikeBuildConfig.from_json(d), Path(args.out or ASSETS_DIR))
+    build(spec, load_build_config(spec, d), Path(args.out or spec.assets_dir))
     return 0
 
 
 def cmd_teacher_materialize(args: argparse.Namespace) -> int:
     from specexit_core.teachers.materialize import materialize
-    from specexit_core.teachers.qwen3_like import ASSETS_DIR
 
-    out = materialize(Path(args.assets or ASSETS_DIR), Path(args.out) if args.out else None, force=args.force)
+    out = materialize(args.name, args.assets and Path(args.assets), args.out and Path(args.out), force=args.force)
     print(out)
     return 0
 
 
 def cmd_teacher_check(args: argparse.Namespace) -> int:
+    from specexit_core.teachers.check import check
     from specexit_core.teachers.materialize import materialize
-    from specexit_core.teachers.qwen3_like_eval import check
+    from specexit_core.teachers.registry import get_teacher
 
-    res, _ = check(args.model or materialize(), n=args.n, seed=args.seed, split=args.split)
+    spec = get_teacher(args.name)
+    res, _ = check(spec, args.model or materialize(spec), n=args.n, seed=args.seed, split=args.split)
     print(json.dumps(res.to_json(), indent=2))
     return 0
 
@@ -276,7 +278,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout: the table / the JSON
     try:
-        cfg = load_demo_config(args.config, quick=args.quick, workdir=args.workdir, port=args.port)
+        cfg = load_demo_config(
+            args.config, quick=args.quick, workdir=args.workdir, port=args.port, teacher=args.teacher
+        )
     except (ConfigError, OSError) as e:
         print(str(e), file=sys.stderr)
         return 2
@@ -306,7 +310,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="the whole loop on the toy: traces -> labels -> draft -> calibration -> "
         "Ray Serve endpoint -> evaluation of every method -> report",
     )
-    dm.add_argument("--config", help="DemoConfig YAML (default: examples/toy/demo.yaml)")
+    dm.add_argument(
+        "--teacher",
+        default="toy",
+        help="the teacher: toy (default; examples/toy/demo.yaml) or a built-in one (qwen3-like: "
+        "examples/qwen3_like/demo.yaml); --config wins",
+    )
+    dm.add_argument("--config", help="DemoConfig YAML (default: the --teacher's demo.yaml)")
     dm.add_argument("--quick", action="store_true", help="a smoke run of every stage (the config's `quick` block)")
     dm.add_argument("--json", action="store_true", help="end with one JSON line: the per-method summary")
     dm.add_argument("--workdir", help="work folder (default: the config's)")
@@ -345,20 +355,25 @@ def build_parser() -> argparse.ArgumentParser:
     te = sub.add_parser("teacher", help="built-in teachers with real vocabularies (issue #13)").add_subparsers(
         dest="teacher_cmd", required=True
     )
-    tb = te.add_parser("build", help="train a teacher from scratch (fixed seed; qwen3-like: ~20 min on 2 cores)")
-    tb.add_argument("name", choices=["qwen3-like"])
+    from specexit_core.teachers.registry import TEACHERS
+
+    names = sorted(TEACHERS)
+    tb = te.add_parser("build", help="train a teacher from scratch (fixed seed; default recipe: ~30 min on 2 cores)")
+    tb.add_argument("name", choices=names)
     tb.add_argument("--out", help="output folder of the compact weights (default: the shipped one)")
-    tb.add_argument("--config", help="build config JSON (unknown keys are errors)")
+    tb.add_argument("--config", help="build config JSON over the teacher's defaults (unknown keys are errors)")
     tb.add_argument("--steps", type=int, help="override the number of training steps")
     tb.set_defaults(func=cmd_teacher_build)
     tm = te.add_parser("materialize", help="expand the shipped compact teacher into a full checkpoint folder")
-    tm.add_argument("name", choices=["qwen3-like"])
+    tm.add_argument("name", choices=names)
     tm.add_argument("--assets", help="compact teacher folder (default: the shipped one)")
-    tm.add_argument("--out", help="output folder (default: ~/.cache/specexit/teachers/NAME)")
+    tm.add_argument(
+        "--out", help="output folder (default: $SPECEXIT_TEACHERS_DIR/NAME or ~/.cache/specexit/teachers/NAME)"
+    )
     tm.add_argument("--force", action="store_true", help="rewrite even if the folder is up to date")
     tm.set_defaults(func=cmd_teacher_materialize)
     tc = te.add_parser("check", help="greedy transformers check: format, accuracy, think lengths")
-    tc.add_argument("name", choices=["qwen3-like"])
+    tc.add_argument("name", choices=names)
     tc.add_argument("--model", help="full checkpoint folder (default: materialise the shipped one)")
     tc.add_argument("--n", type=int, default=100)
     tc.add_argument("--split", default="test", choices=["train", "dev", "test"])

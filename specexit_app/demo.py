@@ -116,6 +116,7 @@ class Stages:
             draft=self.draft,
             port=self.cfg.serve_port,
             n=self.cfg.serve_requests,
+            max_tokens=self.cfg.serve_max_tokens,
             out=self.wd / "serve.json",
         )
 
@@ -170,6 +171,7 @@ def run_demo(cfg: DemoConfig, *, fresh: bool = False) -> dict:
         elif not res.get("complete", True):
             raise RuntimeError(f"demo: stage {name} did not complete: {json.dumps(res)[:2000]}")
     summary = {
+        "teacher": cfg.teacher,
         "methods": {
             m: {k: evaluation["methods"].get(m, {}).get(k) for k in SUMMARY_FIELDS}
             for m in SUMMARY_METHODS

@@ -1,5 +1,9 @@
 """Typed config of `specexit demo` (`examples/toy/demo.yaml`): which stage configs to run, how
-big, and the smaller `quick` variant. Unknown keys are errors, as in every config."""
+big, and the smaller `quick` variant. Unknown keys are errors, as in every config.
+
+`specexit demo --teacher NAME` picks the recipe of a teacher: `toy` (the default) or a built-in
+teacher (`specexit_core.typed_config.BUILTIN_TEACHERS`), whose recipe is
+`examples/<NAME with - as _>/demo.yaml` (`qwen3-like`: `examples/qwen3_like/demo.yaml`)."""
 
 from __future__ import annotations
 
@@ -8,11 +12,20 @@ from typing import Literal
 
 from pydantic import Field
 
-from specexit_core.typed_config import StrictModel, load_config, read_yaml, resolve_path
+from specexit_core.typed_config import BUILTIN_TEACHERS, ConfigError, StrictModel, load_config, read_yaml, resolve_path
 
 CHECKOUT = Path(__file__).resolve().parents[1]
 DEFAULT_CONFIG = CHECKOUT / "examples" / "toy" / "demo.yaml"
 STAGE_FILES = ("traces", "labels", "train_draft", "calibrate", "serve", "evaluate")
+DEFAULT_TEACHER = "toy"
+DEMO_TEACHERS = (DEFAULT_TEACHER, *BUILTIN_TEACHERS)
+
+
+def demo_config_path(teacher: str = DEFAULT_TEACHER) -> Path:
+    """The demo recipe of `teacher` (`toy` or a built-in teacher); ConfigError naming the choices."""
+    if teacher not in DEMO_TEACHERS:
+        raise ConfigError(f"unknown teacher {teacher!r} for the demo; choose one of: {', '.join(DEMO_TEACHERS)}")
+    return CHECKOUT / "examples" / teacher.replace("-", "_") / "demo.yaml"
 
 
 class QuickOverrides(StrictModel):
@@ -27,6 +40,7 @@ class QuickOverrides(StrictModel):
 
 
 class DemoConfig(StrictModel):
+    teacher: str = DEFAULT_TEACHER  # the teacher's name: in the summary, so a result names its model
     workdir: str = "runs/demo"
     traces: str
     labels: str
@@ -42,6 +56,7 @@ class DemoConfig(StrictModel):
     # them on the test split in any case)
     calibrate_confirm: bool = False
     serve_requests: int = Field(8, ge=1)
+    serve_max_tokens: int = Field(400, ge=1)  # per endpoint request: room for the teacher's thinking
     eval_problems: int = Field(100, ge=1)
     temperatures: list[float] = Field(default_factory=lambda: [0.0, 0.6])
     serve_port: int = Field(8000, ge=1, le=65535)
@@ -56,11 +71,17 @@ class DemoConfig(StrictModel):
 
 
 def load_demo_config(
-    path: str | Path | None = None, *, quick: bool = False, workdir: str | None = None, port: int | None = None
+    path: str | Path | None = None,
+    *,
+    quick: bool = False,
+    workdir: str | None = None,
+    port: int | None = None,
+    teacher: str | None = None,
 ) -> DemoConfig:
-    """The demo recipe; `quick`: its `quick` block replaces the fields it sets; then the
-    command line's `--workdir` / `--port`. Raises ConfigError."""
-    path = Path(path or DEFAULT_CONFIG)
+    """The demo recipe: `path`, else the recipe of `teacher` (`demo_config_path`; None: the toy's);
+    `quick`: its `quick` block replaces the fields it sets; then the command line's `--workdir` /
+    `--port`. Raises ConfigError."""
+    path = Path(path or demo_config_path(teacher or DEFAULT_TEACHER))
     raw = read_yaml(path)
     block = raw.get("quick") if quick else None
     overrides = dict(block) if isinstance(block, dict) else {}  # a malformed block: validation names it

@@ -26,7 +26,7 @@ def _app_args(serve_yaml: str, draft: str) -> tuple[dict, dict]:
     return d.get("http_options", {}), args
 
 
-def serve_and_query(serve_yaml: str, *, draft: str, port: int, n: int, out: Path) -> dict:
+def serve_and_query(serve_yaml: str, *, draft: str, port: int, n: int, out: Path, max_tokens: int = 400) -> dict:
     from openai import OpenAI
     from ray import serve
 
@@ -53,7 +53,7 @@ def serve_and_query(serve_yaml: str, *, draft: str, port: int, n: int, out: Path
                 r = client.chat.completions.create(
                     model=model,
                     messages=[{"role": "user", "content": p.prompt}],
-                    max_tokens=400,
+                    max_tokens=max_tokens,
                     temperature=0,
                     extra_body={"vllm_xargs": {"specexit_enabled": int(on)}},
                 )

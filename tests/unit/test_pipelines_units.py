@@ -60,6 +60,13 @@ def test_example_configs_validate(path, monkeypatch):
             for s in ("traces", "labels", "train_draft", "calibrate", "serve", "evaluate")
         )
         return
+    if stem == "serve":  # a Serve config (as serve_app/toy_cpu.yaml): its app args are the typed part
+        from serve_app.config import load_args
+        from specexit_core.typed_config import read_yaml
+
+        for app in read_yaml(path)["applications"]:
+            load_args(app["args"])
+        return
     model = {"evaluate": EvalConfig, "calibrate": CalibrateConfig, "generalisation": GeneralisationConfig}.get(stem)
     cfg = load_config(model, str(path)) if model else load_stage_config(stem, str(path))
     assert Path(cfg.output).is_absolute()
