@@ -7,17 +7,23 @@ A tiny `Qwen3ForCausalLM` with Qwen3's real tokenizer and chat template, trained
 
 Shipped compact (`restricted_vocab.py`): `assets/qwen3_like/` holds the used rows' weights; the
 tokenizer is `specexit_core/tokenizers/qwen3/`; `materialize.py` expands both into a full
-151,936-row checkpoint that transformers and vLLM load.
+151,936-row checkpoint that transformers and vLLM load. `SPEC` is what the generic build,
+materialize and check read (`spec.py`, `registry.py`).
 """
 
 from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from specexit_core.teachers import spec
 from specexit_core.teachers.realistic_traces import RealisticStyle, make_realistic_trace
 from specexit_core.tokenizers import QWEN3_TOKENIZER_DIR
 from specexit_core.toy.task import Problem
+
+if TYPE_CHECKING:
+    from specexit_core.toy.teacher_model import TeacherArch
 
 NAME = "qwen3-like"
 ASSETS_DIR = Path(__file__).resolve().parent / "assets" / "qwen3_like"
@@ -57,8 +63,29 @@ def render_example(tok, p: Problem, rng: random.Random, style: RealisticStyle) -
     return prompt, completion[: completion.rindex(EOS_TOKEN) + len(EOS_TOKEN)]
 
 
-def encode_example(tok, prompt: str, completion: str) -> tuple[list[int], int]:
-    """Token ids of prompt + completion, and the prompt's length (the loss starts after it)."""
-    p = tok(prompt, add_special_tokens=False)["input_ids"]
-    c = tok(completion, add_special_tokens=False)["input_ids"]
-    return p + c, len(p)
+encode_example = spec.encode_example  # the same for every teacher
+
+
+def qwen3_config(arch: TeacherArch, *, bos_token_id: int, eos_token_id: int, pad_token_id: int):
+    """The toy's Qwen3Config builder (`TeacherArch.hf_config`), as the spec calls it."""
+    return arch.hf_config(bos_token_id=bos_token_id, eos_token_id=eos_token_id, pad_token_id=pad_token_id)
+
+
+SPEC = spec.TeacherSpec(
+    name=NAME,
+    assets_dir=ASSETS_DIR,
+    tokenizer_dir=TOKENIZER_DIR,
+    full_vocab_size=FULL_VOCAB_SIZE,
+    think_start_id=THINK_START_ID,
+    think_end_id=THINK_END_ID,
+    bos_token=BOS_TOKEN,
+    eos_token=EOS_TOKEN,
+    pad_token=PAD_TOKEN,
+    reasoning_parser=REASONING_PARSER,
+    hf_architecture="Qwen3ForCausalLM",
+    think_in_prompt=False,
+    chat_prompt=chat_prompt,
+    render_example=render_example,
+    hf_config=qwen3_config,
+    digits_per_token=1,  # Qwen3 writes numbers digit by digit
+)

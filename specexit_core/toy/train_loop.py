@@ -1,4 +1,4 @@
-"""The built-in teachers' training loop (`specexit toy build`, `specexit teacher build qwen3-like`):
+"""The built-in teachers' training loop (`specexit toy build`, `specexit teacher build NAME`):
 AdamW with weight decay on matrices only, linear warm-up then cosine decay, gradient clipping,
 optional bf16 autocast, a progress line every `log_every` steps.
 
@@ -38,7 +38,9 @@ class TrainRecipe(StrictModel):
     weight_decay: float = 0.05
     grad_clip: float = 1.0
     threads: int = 2
-    bf16_autocast: bool = False  # bf16 autocast backward is ~10x slower on this CPU torch build
+    # off for the toy (its recipe is unchanged); the built-in teachers turn it on: on 2 CPU cores it trains
+    # their 3.4M-parameter models 2x faster than float32 (~10k tokens/s)
+    bf16_autocast: bool = False
     log_every: int = 50
 
     def to_json(self) -> dict:

@@ -79,23 +79,17 @@ def test_materialize_writes_the_dense_model(tmp_path):
     from transformers import AutoModelForCausalLM
 
     from specexit_core.teachers import qwen3_like as q3
+    from specexit_core.teachers.build import BUILD_CONFIG, COMPACT_WEIGHTS, TEACHER_META, TeacherBuildConfig, hf_config
     from specexit_core.teachers.materialize import SOURCE_FILE, materialize
-    from specexit_core.teachers.qwen3_like_build import (
-        BUILD_CONFIG,
-        COMPACT_WEIGHTS,
-        TEACHER_META,
-        Qwen3LikeBuildConfig,
-        hf_config,
-    )
 
     tok = q3.load_tokenizer()
     ids = sorted({*tok("Compute 12 + 3 = 15.\n\n")["input_ids"], q3.THINK_START_ID, q3.THINK_END_ID, 151643, 151645})
     vocab = RestrictedVocab(tuple(ids), q3.FULL_VOCAB_SIZE)
-    cfg = Qwen3LikeBuildConfig(arch=TINY.__class__(**{**TINY.__dict__, "vocab_size": q3.FULL_VOCAB_SIZE}))
+    cfg = TeacherBuildConfig(arch=TINY.__class__(**{**TINY.__dict__, "vocab_size": q3.FULL_VOCAB_SIZE}))
     from transformers import Qwen3ForCausalLM
 
     torch.manual_seed(0)
-    compact = Qwen3ForCausalLM(hf_config(cfg.arch, tok, vocab)).eval()
+    compact = Qwen3ForCausalLM(hf_config(q3.SPEC, cfg.arch, tok, vocab)).eval()
     assets = tmp_path / "assets"
     assets.mkdir()
     sd = {k: v.to(torch.bfloat16).contiguous() for k, v in compact.state_dict().items() if k != "lm_head.weight"}
@@ -104,7 +98,7 @@ def test_materialize_writes_the_dense_model(tmp_path):
     (assets / BUILD_CONFIG).write_text(json.dumps(cfg.to_json()))
     compact.load_state_dict({k: v.float() for k, v in sd.items()}, strict=False)
 
-    out = materialize(assets, tmp_path / "full")
+    out = materialize(q3.SPEC, assets, tmp_path / "full")
     assert (out / SOURCE_FILE).exists() and (out / "tokenizer.json").exists()
     cfg_json = json.loads((out / "config.json").read_text())
     assert cfg_json["architectures"] == ["Qwen3ForCausalLM"] and cfg_json["vocab_size"] == q3.FULL_VOCAB_SIZE
@@ -115,4 +109,4 @@ def test_materialize_writes_the_dense_model(tmp_path):
         lp_d = torch.log_softmax(dense(input_ids=x).logits.float(), dim=-1)
     # float32 sums over 151,936 exp terms in the dense softmax: agreement to ~1e-5 relative
     torch.testing.assert_close(lp_c[..., :-1], lp_d[..., torch.tensor(ids)], atol=1e-4, rtol=1e-4)
-    assert materialize(assets, out) == out  # reused: same source weights
+    assert materialize(q3.SPEC, assets, out) == out  # reused: same source weights
