@@ -37,7 +37,9 @@ class CpuArgs(ServeArgs):
 
 class ModelArgs(ServeArgs):
     id: str = Field(description="the model name clients send (`model` field) and /v1/models lists")
-    source: str = Field(description="model folder or hub id; `toy:teacher` for the shipped toy")
+    source: str = Field(
+        description="model folder or hub id; `toy:teacher` for the shipped toy, `teacher:NAME` for a built-in teacher"
+    )
     draft: str | None = Field(None, description="SpecExit (or stock EAGLE-3) draft folder; none: no speculation")
     num_speculative_tokens: int = Field(3, ge=1, le=16)
     tensor_parallel_size: int = Field(1, ge=1)
