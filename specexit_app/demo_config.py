@@ -2,8 +2,8 @@
 big, and the smaller `quick` variant. Unknown keys are errors, as in every config.
 
 `specexit demo --teacher NAME` picks the recipe of a teacher: `toy` (the default) or a built-in
-teacher (`specexit_core.typed_config.BUILTIN_TEACHERS`), whose recipe is
-`examples/<NAME with - as _>/demo.yaml` (`qwen3-like`: `examples/qwen3_like/demo.yaml`)."""
+teacher (the teacher registry's) that has a recipe, `examples/<NAME with - as _>/demo.yaml`
+(`qwen3-like`: `examples/qwen3_like/demo.yaml`)."""
 
 from __future__ import annotations
 
@@ -12,20 +12,29 @@ from typing import Literal
 
 from pydantic import Field
 
-from specexit_core.typed_config import BUILTIN_TEACHERS, ConfigError, StrictModel, load_config, read_yaml, resolve_path
+from specexit_core.typed_config import ConfigError, StrictModel, builtin_teachers, load_config, read_yaml, resolve_path
 
 CHECKOUT = Path(__file__).resolve().parents[1]
 DEFAULT_CONFIG = CHECKOUT / "examples" / "toy" / "demo.yaml"
 STAGE_FILES = ("traces", "labels", "train_draft", "calibrate", "serve", "evaluate")
 DEFAULT_TEACHER = "toy"
-DEMO_TEACHERS = (DEFAULT_TEACHER, *BUILTIN_TEACHERS)
+
+
+def _recipe(teacher: str) -> Path:
+    return CHECKOUT / "examples" / teacher.replace("-", "_") / "demo.yaml"
+
+
+def demo_teachers() -> tuple[str, ...]:
+    """The `--teacher` choices: the toy and every built-in teacher with a demo recipe."""
+    return (DEFAULT_TEACHER, *(t for t in builtin_teachers() if _recipe(t).exists()))
 
 
 def demo_config_path(teacher: str = DEFAULT_TEACHER) -> Path:
     """The demo recipe of `teacher` (`toy` or a built-in teacher); ConfigError naming the choices."""
-    if teacher not in DEMO_TEACHERS:
-        raise ConfigError(f"unknown teacher {teacher!r} for the demo; choose one of: {', '.join(DEMO_TEACHERS)}")
-    return CHECKOUT / "examples" / teacher.replace("-", "_") / "demo.yaml"
+    choices = demo_teachers()
+    if teacher not in choices:
+        raise ConfigError(f"unknown teacher {teacher!r} for the demo; choose one of: {', '.join(choices)}")
+    return _recipe(teacher)
 
 
 class QuickOverrides(StrictModel):

@@ -146,18 +146,24 @@ def toy_model(name: str) -> str:
 
 
 # -- built-in teachers -----------------------------------------------------------------------------
-BUILTIN_TEACHERS = ("qwen3-like",)
+def builtin_teachers() -> tuple[str, ...]:
+    """The names `teacher:NAME` accepts: the teacher registry's (`specexit_core.teachers.registry`)."""
+    from specexit_core.teachers.registry import TEACHERS
+
+    return tuple(TEACHERS)
 
 
 def builtin_teacher(name: str) -> tuple[Path, Callable[[Path], Path]]:
-    """(the cached folder, `materialize(out) -> out`) of the built-in teacher `name`; ConfigError for
-    an unknown name. The one place that knows the teachers (switching to the teacher registry,
-    `specexit_core.teachers.registry.get_teacher`, changes only this function)."""
-    if name == "qwen3-like":
-        from specexit_core.teachers.materialize import default_dir, materialize
+    """(the cached folder, `materialize(out) -> out`) of the built-in teacher `name`, from the teacher
+    registry; ConfigError for an unknown name. The one place that knows where teachers come from."""
+    from specexit_core.teachers.materialize import default_dir, materialize
+    from specexit_core.teachers.registry import get_teacher
 
-        return default_dir(name), lambda out: materialize(out=out)
-    raise ConfigError(f"unknown built-in teacher {name!r}; known: {', '.join(BUILTIN_TEACHERS)}")
+    try:
+        spec = get_teacher(name)
+    except ValueError:
+        raise ConfigError(f"unknown built-in teacher {name!r}; known: {', '.join(builtin_teachers())}") from None
+    return default_dir(spec.name), lambda out: materialize(spec, out=out)
 
 
 def teacher_model(ref: str) -> str:
@@ -170,7 +176,7 @@ def teacher_model(ref: str) -> str:
     sibling folder, then a rename into place, so no process ever sees a half-written folder."""
     name = ref[len(TEACHER_PREFIX) :]
     if not name:
-        raise ConfigError(f"empty teacher name in {ref!r}; known: {', '.join(BUILTIN_TEACHERS)}")
+        raise ConfigError(f"empty teacher name in {ref!r}; known: {', '.join(builtin_teachers())}")
     target, build = builtin_teacher(name)
     target.parent.mkdir(parents=True, exist_ok=True)
     with _file_lock(target.parent / f".{target.name}.lock"):
