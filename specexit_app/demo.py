@@ -108,6 +108,13 @@ class Stages:
             "peers": out.get("peers"),  # DEER / Dynasor / budget settings chosen on the same dev split
         }
 
+    def serve_max_tokens(self) -> int:
+        """The endpoint requests' budget: the evaluation stage's `max_tokens`, the one place a recipe
+        says how long its teacher's thinking and answer may run (toy 400, qwen3-like 700)."""
+        from pipelines.evaluate.config import EvalConfig
+
+        return int(read_yaml(self.cfg.evaluate).get("max_tokens", EvalConfig.model_fields["max_tokens"].default))
+
     def serve(self) -> dict:
         from specexit_app.demo_serve import serve_and_query
 
@@ -116,7 +123,7 @@ class Stages:
             draft=self.draft,
             port=self.cfg.serve_port,
             n=self.cfg.serve_requests,
-            max_tokens=self.cfg.serve_max_tokens,
+            max_tokens=self.serve_max_tokens(),
             out=self.wd / "serve.json",
         )
 

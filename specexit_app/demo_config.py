@@ -65,7 +65,6 @@ class DemoConfig(StrictModel):
     # them on the test split in any case)
     calibrate_confirm: bool = False
     serve_requests: int = Field(8, ge=1)
-    serve_max_tokens: int = Field(400, ge=1)  # per endpoint request: room for the teacher's thinking
     eval_problems: int = Field(100, ge=1)
     temperatures: list[float] = Field(default_factory=lambda: [0.0, 0.6])
     serve_port: int = Field(8000, ge=1, le=65535)

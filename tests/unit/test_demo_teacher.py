@@ -50,3 +50,16 @@ def test_unknown_teacher_is_a_clear_error(capsys, monkeypatch):
     args = build_parser().parse_args(["demo", "--teacher", "nope"])
     assert args.func(args) == 2  # before Ray or any engine starts
     assert "choose one of: toy, qwen3-like" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("teacher, budget", [("toy", 400), ("qwen3-like", 700)])
+def test_endpoint_requests_get_the_evaluation_stage_budget(teacher, budget, monkeypatch):
+    """The Serve stage's requests must hold the teacher's whole thinking: their max_tokens is the
+    evaluation config's (qwen3-like thinks ~4x longer than the toy; 400 tokens cut it short)."""
+    import specexit_app.demo_serve as demo_serve
+    from specexit_app.demo import Stages
+
+    seen = {}
+    monkeypatch.setattr(demo_serve, "serve_and_query", lambda *a, **kw: seen.update(kw) or {})
+    Stages(load_demo_config(teacher=teacher)).serve()
+    assert seen["max_tokens"] == budget
