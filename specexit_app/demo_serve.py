@@ -90,7 +90,9 @@ def serve_and_query(serve_yaml: str, *, draft: str, port: int, n: int, out: Path
         "model": model,
         "ready_s": round(ready_s, 1),
         "requests": len(rows),
-        "reasoning_separated": all(r["reasoning"] and "</think>" not in (r["answer"] or "") for r in rows),
+        # every request came back in two parts: the reasoning, and an answer free of `</think>` (a
+        # thinking that never closed is all reasoning and no answer: not separated)
+        "reasoning_separated": all(r["reasoning"] and r["answer"] and "</think>" not in r["answer"] for r in rows),
         "accuracy_off": sum(r["correct"] for r in rows if not r["specexit"]) / n,
         "accuracy_on": sum(r["correct"] for r in rows if r["specexit"]) / n,
         "think_tokens_off": mean(think(False)),
