@@ -153,51 +153,43 @@ def builtin_teachers() -> tuple[str, ...]:
     return tuple(TEACHERS)
 
 
-def builtin_teacher(name: str) -> tuple[Path, Callable[[Path], Path]]:
-    """(the cached folder, `materialize(out) -> out`) of the built-in teacher `name`, from the teacher
-    registry; ConfigError for an unknown name. The one place that knows where teachers come from."""
-    from specexit_core.teachers.materialize import default_dir, materialize
+def builtin_teacher(name: str) -> tuple[Path, Callable[[Path], bool], Callable[[Path], Path]]:
+    """(the cached folder, `is_up_to_date(folder)`, `materialize(out) -> out`) of the built-in teacher
+    `name`, from the teacher registry; ConfigError for an unknown name. The one place that knows where
+    teachers come from."""
+    from specexit_core.teachers.materialize import default_dir, is_up_to_date, materialize
     from specexit_core.teachers.registry import get_teacher
 
     try:
         spec = get_teacher(name)
     except ValueError:
         raise ConfigError(f"unknown built-in teacher {name!r}; known: {', '.join(builtin_teachers())}") from None
-    return default_dir(spec.name), lambda out: materialize(spec, out=out)
+    return default_dir(spec.name), lambda out: is_up_to_date(spec, out), lambda out: materialize(spec, out=out)
 
 
 def teacher_model(ref: str) -> str:
     """`teacher:NAME`: the full checkpoint of a built-in teacher, materialised on first use.
 
     The cached folder (`specexit teacher materialize NAME` makes the same one) is reused while it was
-    made from the shipped weights now in the package (the teacher's own up-to-date check). Safe when
-    several processes of one node resolve it at once (Ray workers, engine actors, Serve replicas
-    load the config each): an exclusive file lock next to the folder, the build in a temporary
-    sibling folder, then a rename into place, so no process ever sees a half-written folder."""
+    made from the shipped weights now in the package. Safe when several processes of one node resolve
+    it at once (Ray workers, engine actors, Serve replicas load the config each): an exclusive file
+    lock next to the folder, the build in a temporary sibling folder, then a rename into place, so no
+    process ever sees a half-written folder."""
     name = ref[len(TEACHER_PREFIX) :]
     if not name:
         raise ConfigError(f"empty teacher name in {ref!r}; known: {', '.join(builtin_teachers())}")
-    target, build = builtin_teacher(name)
+    target, is_up_to_date, build = builtin_teacher(name)
     target.parent.mkdir(parents=True, exist_ok=True)
     with _file_lock(target.parent / f".{target.name}.lock"):
+        if is_up_to_date(target):
+            return str(target)
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
         try:
-            marker = _up_to_date_marker(target)
-            if marker is not None:  # the teacher's check compares this marker with the shipped weights
-                shutil.copyfile(marker, tmp / marker.name)
             build(tmp)
-            if marker is not None and not (tmp / "config.json").exists():
-                return str(target)  # up to date: the build only checked the marker
             _replace_dir(tmp, target)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return str(target)
-
-
-def _up_to_date_marker(folder: Path) -> Path | None:
-    """The file a materialised teacher keeps its source in (`source.json`), when the folder is whole."""
-    marker = folder / "source.json"
-    return marker if marker.exists() and (folder / "config.json").exists() else None
 
 
 def _replace_dir(new: Path, target: Path) -> None:

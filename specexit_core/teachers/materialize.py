@@ -42,6 +42,19 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def _source(spec: TeacherSpec, assets: Path) -> dict:
+    """What a materialised folder was made from (kept in its `source.json`)."""
+    return {"weights_sha256": _sha256(assets / COMPACT_WEIGHTS), "tokenizer": str(spec.tokenizer_dir.name)}
+
+
+def is_up_to_date(spec: TeacherSpec, out: Path, assets: Path | None = None) -> bool:
+    """`out` is a whole folder made from the compact weights in `assets` (default: the shipped ones)."""
+    marker = Path(out) / SOURCE_FILE
+    if not (marker.exists() and (Path(out) / "config.json").exists()):
+        return False
+    return json.loads(marker.read_text()) == _source(spec, Path(assets) if assets is not None else spec.assets_dir)
+
+
 def materialize(
     teacher: TeacherSpec | str = "qwen3-like",
     assets: Path | None = None,
@@ -57,8 +70,8 @@ def materialize(
     spec = get_teacher(teacher) if isinstance(teacher, str) else teacher
     assets = Path(assets) if assets is not None else spec.assets_dir
     out = Path(out) if out is not None else default_dir(spec.name)
-    source = {"weights_sha256": _sha256(assets / COMPACT_WEIGHTS), "tokenizer": str(spec.tokenizer_dir.name)}
-    if not force and (out / SOURCE_FILE).exists() and json.loads((out / SOURCE_FILE).read_text()) == source:
+    source = _source(spec, assets)
+    if not force and is_up_to_date(spec, out, assets):
         return out
     vocab = load_vocab(assets)
     if vocab.full_size != spec.full_vocab_size:

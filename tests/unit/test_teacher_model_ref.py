@@ -15,24 +15,25 @@ from specexit_core.typed_config import ConfigError, resolve_model
 
 
 def _fake_builder(root: Path, weights: str = "w1"):
-    """A teacher whose 'shipped weights' are the string `weights`; materialize mirrors the real one:
-    returns at once when out/source.json matches, else writes the folder (slowly, file by file)."""
+    """A teacher whose 'shipped weights' are the string `weights`; as the real one, a folder is up to
+    date when its source.json names them, and materialize writes the folder (slowly, file by file)."""
     target = root / "fake-teacher"
+    src = {"weights": weights}
+
+    def is_up_to_date(out: Path) -> bool:
+        marker = out / "source.json"
+        return marker.exists() and json.loads(marker.read_text()) == src
 
     def build(out: Path) -> Path:
-        src = {"weights": weights}
-        marker = out / "source.json"
-        if marker.exists() and json.loads(marker.read_text()) == src:
-            return out
         (out / "calls").mkdir(parents=True, exist_ok=True)
         (out / "calls" / f"{time.time_ns()}").write_text("")
         (out / "config.json").write_text("{}")
         time.sleep(0.2)  # a reader must never see the folder without its weights
         (out / "model.safetensors").write_text(weights)
-        marker.write_text(json.dumps(src))
+        (out / "source.json").write_text(json.dumps(src))
         return out
 
-    return target, build
+    return target, is_up_to_date, build
 
 
 def _resolve_in_child(root: str, q) -> None:
