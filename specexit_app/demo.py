@@ -89,6 +89,9 @@ class Stages:
         raw = read_yaml(self.cfg.calibrate)
         raw["write_draft_defaults"] = True  # the served and evaluated draft then uses the chosen setting
         raw["confirm"] = self.cfg.calibrate_confirm
+        raw["temperatures"] = self.cfg.temperatures  # calibrated where it is evaluated
+        if self.cfg.calibrate_peers is not None:
+            raw["peers"] = self.cfg.calibrate_peers
         ev = raw.setdefault("eval", {})
         ev.update(draft=self.draft, output=str(self.wd / "calibrate" / "dev"))
         ev["input"] = {**ev.get("input", {}), "n": self.cfg.calibrate_problems}
@@ -143,6 +146,8 @@ class Stages:
             methods=list(SUMMARY_METHODS),
         )
         raw["input"] = {**raw.get("input", {}), "n": self.cfg.eval_problems}
+        if self.cfg.eval_latency_problems is not None:
+            raw["latency_problems"] = self.cfg.eval_latency_problems
         summary = run_evaluation(
             load_config(EvalConfig, raw=raw, what="evaluate", overrides={"output": str(self.wd / "eval")})
         )

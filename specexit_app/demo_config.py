@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from specexit_core.typed_config import ConfigError, StrictModel, builtin_teachers, load_config, read_yaml, resolve_path
 
@@ -43,8 +43,10 @@ class QuickOverrides(StrictModel):
     train_steps: int | None = Field(None, ge=1)
     calibrate_problems: int | None = Field(None, ge=1)
     calibrate_confirm: bool | None = None
+    calibrate_peers: bool | None = None
     serve_requests: int | None = Field(None, ge=1)
     eval_problems: int | None = Field(None, ge=1)
+    eval_latency_problems: int | None = Field(None, ge=1)
     temperatures: list[float] | None = None
 
 
@@ -64,11 +66,24 @@ class DemoConfig(StrictModel):
     # run the chosen settings on the dev split once more before going on (the evaluation stage runs
     # them on the test split in any case)
     calibrate_confirm: bool = False
+    # choose DEER / Dynasor / the budget on the dev split too (None: the calibrate recipe's `peers`);
+    # not chosen, the evaluation runs them at its recipe's settings
+    calibrate_peers: bool | None = None
     serve_requests: int = Field(8, ge=1)
     eval_problems: int = Field(100, ge=1)
+    # problems timed one request at a time (None: the evaluate recipe's `latency_problems`)
+    eval_latency_problems: int | None = Field(None, ge=1)
+    # the evaluation's temperatures, and so the calibration's (the exit must hold at each; 0.0 first)
     temperatures: list[float] = Field(default_factory=lambda: [0.0, 0.6])
     serve_port: int = Field(8000, ge=1, le=65535)
     quick: QuickOverrides = Field(default_factory=QuickOverrides)
+
+    @field_validator("temperatures")
+    @classmethod
+    def _calibratable(cls, v):  # checked before the first stage, not at the fourth
+        from pipelines.calibrate.config import check_temperatures
+
+        return check_temperatures(v)
 
     def resolve_paths(self) -> DemoConfig:
         for name in STAGE_FILES:  # stage configs are files of the checkout: resolve them there

@@ -77,9 +77,7 @@ class CalibrateConfig(StrictModel):
     @field_validator("temperatures")
     @classmethod
     def _greedy_first(cls, v):
-        if not v or v[0] != 0.0 or any(t < 0 for t in v) or len(set(v)) != len(v):
-            raise ValueError(f"temperatures must start with 0.0 and be distinct and >= 0, got {v}")
-        return v
+        return check_temperatures(v)
 
     @field_validator("deer_thresholds", "dynasor_every", "dynasor_windows", "budgets")
     @classmethod
@@ -103,3 +101,11 @@ class CalibrateConfig(StrictModel):
         self.output = resolve_path(self.output)
         self.eval.resolve_paths()
         return self
+
+
+def check_temperatures(v: list[float]) -> list[float]:
+    """Calibration's temperatures: greedy first (its traces carry the headline replay and the peers'
+    probes), then any sampling temperatures, distinct and >= 0. ValueError otherwise."""
+    if not v or v[0] != 0.0 or any(t < 0 for t in v) or len(set(v)) != len(v):
+        raise ValueError(f"temperatures must start with 0.0 and be distinct and >= 0, got {v}")
+    return v

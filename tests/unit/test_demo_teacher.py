@@ -63,3 +63,47 @@ def test_endpoint_requests_get_the_evaluation_stage_budget(teacher, budget, monk
     monkeypatch.setattr(demo_serve, "serve_and_query", lambda *a, **kw: seen.update(kw) or {})
     Stages(load_demo_config(teacher=teacher)).serve()
     assert seen["max_tokens"] == budget
+
+
+@pytest.mark.parametrize("teacher", ["toy", "qwen3-like"])
+@pytest.mark.parametrize("quick", [False, True])
+def test_calibration_and_evaluation_get_the_demo_sizes(teacher, quick, monkeypatch, tmp_path):
+    """The calibration runs at the demo's temperatures (the quick run's [0.0] halves its dev run), the
+    quick qwen3-like run skips the peers' choice, and `eval_latency_problems` reaches the evaluation;
+    unset, each stage keeps its recipe's value."""
+    import pipelines.calibrate.job as calibrate_job
+    import pipelines.evaluate.job as evaluate_job
+    import pipelines.report.job as report_job
+    from specexit_app.demo import Stages
+    from specexit_core.typed_config import read_yaml
+
+    cfg = load_demo_config(teacher=teacher, quick=quick, workdir=str(tmp_path))
+    seen = {}
+
+    def calibrate(c):
+        seen["calibrate"] = c
+        return {"exit": {}, "calibration": {"eagle3": {}, "oracle": {}, "chosen_replay": {}}}
+
+    def evaluate(c):
+        seen["evaluate"] = c
+        return {}
+
+    monkeypatch.setattr(calibrate_job, "run_calibration", calibrate)
+    monkeypatch.setattr(evaluate_job, "run_evaluation", evaluate)
+    monkeypatch.setattr(report_job, "write_report", lambda *a: tmp_path / "report")
+    stages = Stages(cfg)
+    stages.calibrate()
+    stages.evaluate()
+    c, e = seen["calibrate"], seen["evaluate"]
+    assert c.temperatures == e.temperatures == cfg.temperatures == ([0.0] if quick else [0.0, 0.6])
+    recipe = read_yaml(cfg.calibrate)
+    assert c.peers is (False if (quick and teacher == "qwen3-like") else recipe["peers"])
+    assert e.latency_problems == (2 if quick else read_yaml(cfg.evaluate)["latency_problems"])
+
+
+def test_demo_temperatures_are_checked_before_any_stage(tmp_path):
+    """The calibration needs greedy first: a recipe without it fails at load, not at stage four."""
+    recipe = tmp_path / "demo.yaml"
+    recipe.write_text(DEFAULT_CONFIG.read_text().replace("temperatures: [0.0, 0.6]", "temperatures: [0.6]", 1))
+    with pytest.raises(ConfigError, match=r"temperatures must start with 0.0.*got \[0.6\]"):
+        load_demo_config(recipe)
