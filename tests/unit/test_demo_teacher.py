@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from specexit_app.cli import build_parser
-from specexit_app.demo_config import DEFAULT_CONFIG, demo_config_path, demo_teachers, load_demo_config
+from specexit_app.demo_config import DEFAULT_CONFIG, STAGE_FILES, demo_config_path, demo_teachers, load_demo_config
 from specexit_core.typed_config import ConfigError
 from support.paths import REPO_ROOT
 
@@ -21,7 +22,7 @@ def test_toy_stays_the_default():
 
 def test_every_demo_teacher_has_a_recipe_of_its_own():
     choices = demo_teachers()
-    assert choices[0] == "toy" and "qwen3-like" in choices
+    assert choices[0] == "toy" and {"qwen3-like", "r1-llama-like"} <= set(choices)
     for name in choices[1:]:
         path = demo_config_path(name)
         assert path == REPO_ROOT / "examples" / name.replace("-", "_") / "demo.yaml" and path.exists()
@@ -32,27 +33,61 @@ def test_every_demo_teacher_has_a_recipe_of_its_own():
             assert Path(cfg.workdir) != Path(load_demo_config(quick=quick).workdir)  # never the toy's folder
 
 
-def test_qwen3_like_quick_is_as_small_as_the_toys():
-    q, toy = load_demo_config(teacher="qwen3-like", quick=True), load_demo_config(quick=True)
+@pytest.mark.parametrize("teacher", ["qwen3-like", "r1-llama-like"])
+def test_teacher_quick_is_as_small_as_the_toys(teacher):
+    q, toy = load_demo_config(teacher=teacher, quick=True), load_demo_config(quick=True)
     keys = ("problems", "train_steps", "calibrate_problems", "serve_requests", "eval_problems", "temperatures")
     assert {k: getattr(q, k) for k in keys} == {k: getattr(toy, k) for k in keys}
 
 
-def test_config_wins_over_teacher():
-    cfg = load_demo_config(DEFAULT_CONFIG, teacher="qwen3-like")
+def test_r1_llama_like_recipe_mirrors_qwen3_likes():
+    """The r1-llama-like demo is qwen3-like's (same sizes, same quick block) on another teacher: every
+    stage names it, its parser is deepseek_r1, its outputs never share qwen3-like's folders."""
+    from specexit_core.teachers import r1_llama_like as r1
+    from specexit_core.typed_config import read_yaml
+
+    for quick in (False, True):
+        r, q = (
+            load_demo_config(teacher="r1-llama-like", quick=quick),
+            load_demo_config(teacher="qwen3-like", quick=quick),
+        )
+        same = set(type(r).model_fields) - {"teacher", "workdir", "quick", *STAGE_FILES}
+        assert {k: getattr(r, k) for k in same} == {k: getattr(q, k) for k in same}
+        assert r.workdir != q.workdir and "r1-llama-like" in r.workdir
+    r = load_demo_config(teacher="r1-llama-like")
+    for stage in ("traces", "labels", "evaluate"):
+        assert read_yaml(getattr(r, stage))["engine"]["model"] == "teacher:r1-llama-like"
+    assert read_yaml(r.train_draft)["target"] == "teacher:r1-llama-like"
+    model = read_yaml(r.serve)["applications"][0]["args"]["model"]
+    assert model["source"] == "teacher:r1-llama-like" and model["reasoning_parser"] == r1.REASONING_PARSER
+    for stage in STAGE_FILES:  # standalone outputs under runs/r1_llama_like/, not qwen3-like's
+        assert "qwen3" not in json.dumps(read_yaml(getattr(r, stage))), stage
+
+
+@pytest.mark.parametrize("teacher", ["qwen3-like", "r1-llama-like"])
+def test_config_wins_over_teacher(teacher):
+    cfg = load_demo_config(DEFAULT_CONFIG, teacher=teacher)
     assert cfg.teacher == "toy"
+
+
+def test_r1_llama_like_is_a_demo_choice():
+    args = build_parser().parse_args(["demo", "--teacher", "r1-llama-like", "--quick"])
+    assert args.teacher == "r1-llama-like"
+    cfg = load_demo_config(teacher=args.teacher, quick=True)
+    assert cfg.teacher == "r1-llama-like" and cfg.traces == str(REPO_ROOT / "examples/r1_llama_like/traces.yaml")
 
 
 def test_unknown_teacher_is_a_clear_error(capsys, monkeypatch):
     monkeypatch.setenv("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # cmd_demo sets it; restored after
-    with pytest.raises(ConfigError, match=r"unknown teacher 'nope' for the demo; choose one of: toy, qwen3-like"):
+    choices = "toy, qwen3-like, r1-llama-like"
+    with pytest.raises(ConfigError, match=rf"unknown teacher 'nope' for the demo; choose one of: {choices}"):
         load_demo_config(teacher="nope")
     args = build_parser().parse_args(["demo", "--teacher", "nope"])
     assert args.func(args) == 2  # before Ray or any engine starts
-    assert "choose one of: toy, qwen3-like" in capsys.readouterr().err
+    assert f"choose one of: {choices}" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("teacher, budget", [("toy", 400), ("qwen3-like", 700)])
+@pytest.mark.parametrize("teacher, budget", [("toy", 400), ("qwen3-like", 700), ("r1-llama-like", 700)])
 def test_endpoint_requests_get_the_evaluation_stage_budget(teacher, budget, monkeypatch):
     """The Serve stage's requests must hold the teacher's whole thinking: their max_tokens is the
     evaluation config's (qwen3-like thinks ~4x longer than the toy; 400 tokens cut it short)."""
@@ -65,11 +100,11 @@ def test_endpoint_requests_get_the_evaluation_stage_budget(teacher, budget, monk
     assert seen["max_tokens"] == budget
 
 
-@pytest.mark.parametrize("teacher", ["toy", "qwen3-like"])
+@pytest.mark.parametrize("teacher", ["toy", "qwen3-like", "r1-llama-like"])
 @pytest.mark.parametrize("quick", [False, True])
 def test_calibration_and_evaluation_get_the_demo_sizes(teacher, quick, monkeypatch, tmp_path):
     """The calibration runs at the demo's temperatures (the quick run's [0.0] halves its dev run), the
-    quick qwen3-like run skips the peers' choice, and `eval_latency_problems` reaches the evaluation;
+    quick runs of the built-in teachers skip the peers' choice, and `eval_latency_problems` reaches the evaluation;
     unset, each stage keeps its recipe's value."""
     import pipelines.calibrate.job as calibrate_job
     import pipelines.evaluate.job as evaluate_job
@@ -97,7 +132,7 @@ def test_calibration_and_evaluation_get_the_demo_sizes(teacher, quick, monkeypat
     c, e = seen["calibrate"], seen["evaluate"]
     assert c.temperatures == e.temperatures == cfg.temperatures == ([0.0] if quick else [0.0, 0.6])
     recipe = read_yaml(cfg.calibrate)
-    assert c.peers is (False if (quick and teacher == "qwen3-like") else recipe["peers"])
+    assert c.peers is (False if (quick and teacher != "toy") else recipe["peers"])
     assert e.latency_problems == (2 if quick else read_yaml(cfg.evaluate)["latency_problems"])
 
 
