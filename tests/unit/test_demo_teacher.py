@@ -142,3 +142,26 @@ def test_demo_temperatures_are_checked_before_any_stage(tmp_path):
     recipe.write_text(DEFAULT_CONFIG.read_text().replace("temperatures: [0.0, 0.6]", "temperatures: [0.6]", 1))
     with pytest.raises(ConfigError, match=r"temperatures must start with 0.0.*got \[0.6\]"):
         load_demo_config(recipe)
+
+
+@pytest.mark.parametrize("teacher", ["qwen3-like", "r1-llama-like"])
+def test_probe_lengths_hold_the_teachers_answers(teacher):
+    """The recipe's probe lengths follow the teacher's tokenizer: DEER's trial and Dynasor's probe
+    (after "The answer is") hold " N." for every answer of the task (0..99), the labels' and the
+    oracle's probes (after "</think>\\n\\n") every answer form the teacher writes, and its EOS."""
+    from specexit_core.teachers.registry import get_teacher
+    from specexit_core.toy.task import MAX_VALUE
+    from specexit_core.typed_config import read_yaml
+
+    spec = get_teacher(teacher)
+    tok = spec.load_tokenizer()
+    n = lambda s: len(tok(s, add_special_tokens=False)["input_ids"])  # noqa: E731
+    cfg = load_demo_config(teacher=teacher)
+    ev, labels = read_yaml(cfg.evaluate), read_yaml(cfg.labels)
+    trial = max(n(f" {v}.") for v in range(MAX_VALUE + 1))
+    assert ev["deer"]["trial_max_tokens"] >= trial and ev["dynasor"]["probe_max_tokens"] >= trial
+    forms = ("The answer is {v}.", "**{v}**", "Result: {v}", "**Answer: {v}**")  # realistic_traces' answer lines
+    longest = max(n(f.format(v=v)) for v in range(MAX_VALUE + 1) for f in forms) + 1  # + EOS
+    assert labels["probe_max_tokens"] >= longest and ev["oracle"]["probe_max_tokens"] >= longest
+    # ... and no longer than a spare token or three: a probe is a request per paragraph break
+    assert ev["deer"]["trial_max_tokens"] <= trial + 1 and labels["probe_max_tokens"] <= longest + 3
