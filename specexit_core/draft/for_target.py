@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 from specexit_core.draft.checkpoint import convert
-from specexit_core.draft.config import aux_layer_ids_in
+from specexit_core.draft.config import DraftConfig, aux_layer_ids_in
 from specexit_core.exit.split_tokens import single_token_id, split_token_ids
 
 THINK_START, THINK_END = "<think>", "</think>"
@@ -61,8 +61,12 @@ def convert_for_target(
     given, else those `src` already carries, else the target tokenizer's (`target`); none of these
     is an error, since the result could not be served."""
     layers = layers_for_head(src, target)
+    src_json = json.loads((Path(src) / "config.json").read_text())
+    # a head we cannot use (e.g. no aux layers for a target under 7 layers) is refused before the
+    # target's tokenizer is read (a 152k-token vocabulary scan for the split ids)
+    DraftConfig.from_hf_json(src_json, target_num_layers=layers)
     if add_signals and token_ids is None:
-        carried = (json.loads((Path(src) / "config.json").read_text()).get("specexit") or {}).get("token_ids")
+        carried = (src_json.get("specexit") or {}).get("token_ids")
         if carried is None:
             if target is None:
                 raise ValueError(

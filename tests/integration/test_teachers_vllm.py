@@ -57,3 +57,56 @@ def check_in_vllm(spec, full_dir, max_tokens: int = MAX_TOKENS) -> list[list[int
         reasoning, content = parser.extract_reasoning(tok.decode(o, skip_special_tokens=True), req)
         assert reasoning and content and "</think>" not in content
     return vl
+
+
+def test_vllm_loads_a_converted_published_qwen3_head_for_qwen3_like(tmp_path_factory):
+    """Issue 13 item 5: a head shaped like SpecForge's published Qwen3 heads, for qwen3-like (its
+    vocabulary, its hidden size, aux layers named), converted with `specexit draft convert --add-signals
+    --target`, goes through vLLM 0.32's own EAGLE-3 config and weight loading for the qwen3-like target
+    and the plugin's load-time checks (`vllm_load_report`, in a subprocess). No engine: the engine
+    above serves the teacher alone (speculative decoding is fixed when an engine starts), and serving a
+    converted head end to end is the toy's (docs/method.md). ~35 s of CPU, most of it vLLM inspecting
+    the two model classes in subprocesses with the session's cold cache."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from specexit_app.cli import main as cli_main
+    from specexit_core.draft.checkpoint import read_config
+    from specexit_core.draft.config import SPECEXIT_ARCH
+    from specexit_core.teachers.materialize import materialize
+    from tests.unit.test_draft_public_heads_teachers import NAMED_LAYERS, THINK_END, published_head, teacher_facts
+
+    spec = get_teacher("qwen3-like")
+    if not (spec.assets_dir / COMPACT_WEIGHTS).exists():
+        pytest.skip(f"{spec.name} not built yet: no {spec.assets_dir / COMPACT_WEIGHTS}")
+    tmp = tmp_path_factory.mktemp("qwen3-head")
+    t = teacher_facts(spec.name, materialize(spec, out=tmp / "target"))
+    head = published_head(t, tmp / "head", aux_layers=NAMED_LAYERS)
+    out = tmp / "se"
+    assert cli_main(["draft", "convert", str(head), str(out), "--add-signals", "--target", str(t.dir)]) == 0
+    code = (
+        "import json, sys; from tests.unit.test_draft_public_heads_teachers import vllm_load_report as f; "
+        "print('REPORT ' + json.dumps(f(*sys.argv[1:])))"
+    )
+    args = [sys.executable, "-c", code, str(t.dir), str(out), str(tmp / "pg")]
+    run = subprocess.run(
+        args, cwd=Path(__file__).parents[2], env={**os.environ}, capture_output=True, text=True, timeout=300
+    )
+    lines = [ln for ln in run.stdout.splitlines() if ln.startswith("REPORT ")]
+    assert run.returncode == 0 and lines, run.stderr[-3000:]
+    ids = read_config(out).token_ids
+    assert json.loads(lines[-1][len("REPORT ") :]) == {
+        "arch": SPECEXIT_ARCH,
+        "cls": "SpecExitEagle3LlamaForCausalLM",
+        "aux": NAMED_LAYERS,  # what vLLM's V1 runner takes from the converted config
+        "target_layers": 4,
+        "fc": True,  # vLLM's fc holds the head's rows and the 3 signal rows
+        "signal_rows_zero": True,
+        "lm_head": True,
+        "d2t": True,  # d2t -> draft_id_to_target_id; t2d skipped
+        "has_own_embed_tokens": False,  # vLLM shares the target's, as for the published head
+        "token_ids": [ids["think_start"], THINK_END["qwen3-like"], sorted(ids["split"])],
+    }
