@@ -1,13 +1,15 @@
 """`python -m pipelines.traces --config FILE`: teacher reasoning traces with vLLM via ray.data.llm.
 
-prompts (toy / JSONL / Parquet / HF) -> skip ids already written -> chat template -> tokenize ->
-vLLM (`vLLMEngineProcessorConfig` + `build_processor`) -> split reasoning / answer -> Parquet parts
+prompts (toy / JSONL / Parquet / HF) -> skip ids already written -> chat template -> tokenize (ours,
+`chat_prompt`: no special tokens added to the template's text) -> vLLM (`vLLMEngineProcessorConfig` +
+`build_processor`) -> split reasoning / answer -> Parquet parts
 (schema: pipelines/common/schemas.py TRACES). Invalid prompts never reach the engine; prompts the engine
 rejects (e.g. longer than the context) come back as error rows (`should_continue_on_error`).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 
@@ -31,6 +33,21 @@ from pipelines.traces.config import TracesConfig
 log = logging.getLogger("specexit.pipelines.traces")
 
 
+def chat_prompt(tok, messages: list[dict], chat_template_kwargs: dict | None = None) -> tuple[str, list[int]]:
+    """The generation prompt's text and token ids, as a chat endpoint (vLLM's, Serve's) and the
+    evaluation build them: the chat template's text, tokenized without adding special tokens. Ray
+    Data's own tokenize stage adds them, so a template that writes its BOS itself (Llama 3, the
+    DeepSeek-R1 distills: `<｜begin▁of▁sentence｜><｜User｜>...`) got a second BOS; Qwen3's and the
+    toy's templates add none, their ids are the same either way."""
+    text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **(chat_template_kwargs or {}))
+    return text, tok.encode(text, add_special_tokens=False)
+
+
+@functools.lru_cache(maxsize=2)
+def _worker_tokenizer(model: str):  # once per Ray Data worker process
+    return load_tokenizer(model)
+
+
 def build_trace_processor(cfg: TracesConfig, gpu: bool):
     from ray.data.llm import build_processor, vLLMEngineProcessorConfig
 
@@ -42,12 +59,15 @@ def build_trace_processor(cfg: TracesConfig, gpu: bool):
         concurrency=e.concurrency,
         runtime_env={"env_vars": engine_env(e, gpu)},
         should_continue_on_error=True,  # one bad prompt must not fail the job
+        chat_template_stage=False,  # `preprocess` renders and tokenizes the prompt (`chat_prompt`)
+        tokenize_stage=False,
         detokenize_stage=False,  # vLLM already returns the text
         log_engine_metrics=False,
         **engine_placement(e, gpu),
     )
     s = cfg.sampling
     system = cfg.system_prompt
+    model, template_kwargs = e.model, dict(cfg.chat_template_kwargs)
 
     def preprocess(row: dict) -> dict:
         msgs = ([{"role": "system", "content": system}] if system else []) + [
@@ -58,14 +78,10 @@ def build_trace_processor(cfg: TracesConfig, gpu: bool):
             sp["top_k"] = s.top_k
         if s.seed is not None and s.temperature > 0:
             sp["seed"] = stable_seed(s.seed, row["id"])
-        return dict(messages=msgs, sampling_params=sp)
+        text, ids = chat_prompt(_worker_tokenizer(model), msgs, template_kwargs)
+        return dict(prompt=text, tokenized_prompt=ids, sampling_params=sp)
 
-    return build_processor(
-        proc_cfg,
-        preprocess=preprocess,
-        postprocess=lambda row: row,
-        builder_kwargs=dict(chat_template_kwargs=cfg.chat_template_kwargs or None),
-    )
+    return build_processor(proc_cfg, preprocess=preprocess, postprocess=lambda row: row)
 
 
 def finalize(row: dict, *, ids: dict, think_start_text: str, think_end_text: str) -> dict:
