@@ -29,6 +29,12 @@ def all_cores_bind() -> str:
     return f"0-{ncpu - 1}" if ncpu > 1 else "0"
 
 
+def engine_cores_bind() -> str:
+    """The binding this process's engines get: $VLLM_CPU_OMP_THREADS_BIND when set (a test worker's
+    core, a user's choice), else every core."""
+    return os.environ.get(THREADS_BIND_ENV) or all_cores_bind()
+
+
 def cpu_engine_env(kv_cache_gib: int = 1, threads_bind: str | None = None) -> dict[str, str]:
     """The environment a vLLM CPU engine needs, for a process that starts one elsewhere (a Ray
     actor, a Serve replica): the KV cache size, and the thread binding when one is given (None:

@@ -16,6 +16,26 @@ os.environ.update(
     XDG_CONFIG_HOME=os.path.join(TEST_HOME, ".config"),
 )
 
+
+def _share_the_cores_between_workers() -> None:
+    """In the parallel pass (scripts/test.sh: pytest-xdist workers on a 2-core machine) each worker's
+    vLLM engines get a core of their own, and OpenMP threads spin briefly before they sleep. A vLLM CPU
+    engine binds an OpenMP thread to every core, and libgomp's threads spin while they wait for a
+    peer: two engines on the same two cores slowed each other 4-5x (docs/cpu-stack.md, "Two engines on
+    two cores"); a quick demo's evaluation took 788 s beside another instead of 199 s alone. Set in the
+    environment, so the Ray workers, Serve replicas and CLI runs a test starts inherit it; a value the
+    caller set wins (tests that need both cores, tensor parallelism for one, set their own)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker.startswith("gw"):
+        return
+    from specexit_core.vllm_env import THREADS_BIND_ENV
+
+    os.environ.setdefault(THREADS_BIND_ENV, str(int(worker[2:]) % (os.cpu_count() or 1)))
+    os.environ.setdefault("GOMP_SPINCOUNT", "10000")
+
+
+_share_the_cores_between_workers()
+
 import pytest  # noqa: E402  (after HOME is private: nothing may read the user's home first)
 
 

@@ -13,6 +13,7 @@ from collections import Counter
 import httpx
 import pytest
 
+from specexit_core.vllm_env import engine_cores_bind
 from support.serve import ServeApp, running_serve, server_log_excerpt, toy_model_args, wait_generating
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow(minutes=16)]
@@ -35,7 +36,9 @@ FORCED = {"specexit_method": "progress", "specexit_progress_threshold": 0.0}  # 
 
 def app_args(key_file: str) -> dict:
     return {
-        "model": toy_model_args(MODEL, max_num_seqs=32, seed=0, cpu={"kv_cache_gib": 1, "omp_threads_bind": "0-1"}),
+        "model": toy_model_args(
+            MODEL, max_num_seqs=32, seed=0, cpu={"kv_cache_gib": 1, "omp_threads_bind": engine_cores_bind()}
+        ),
         "autoscaling": {"min_replicas": 1, "max_replicas": 1, "target_ongoing_requests": 16},
         # queue >= client concurrency: a finished request frees its replica slot a little after the client
         # has its answer, so a client at concurrency 16 briefly queues up to 16 requests
@@ -50,7 +53,7 @@ def app_args(key_file: str) -> dict:
 def short_app_args() -> dict:
     return {
         "model": toy_model_args(
-            SHORT_MODEL, max_num_seqs=4, seed=0, cpu={"kv_cache_gib": 1, "omp_threads_bind": "0-1"}
+            SHORT_MODEL, max_num_seqs=4, seed=0, cpu={"kv_cache_gib": 1, "omp_threads_bind": engine_cores_bind()}
         ),
         "request_timeout_s": SHORT_DEADLINE_S,
     }

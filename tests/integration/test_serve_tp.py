@@ -5,6 +5,7 @@ same SpecExit decisions as a TP=1 replica. Both apps run side by side in one Ser
 import httpx
 import pytest
 
+from specexit_core.vllm_env import engine_cores_bind
 from support.serve import ServeApp, running_serve, toy_model_args
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow(minutes=6)]
@@ -31,7 +32,9 @@ def args(tp: int, bind: str) -> dict:
 
 @pytest.fixture(scope="module")
 def base():
-    with running_serve(ServeApp("tp2", args(2, "0|1"), "/tp2"), ServeApp("tp1", args(1, "0-1"), "/tp1")) as url:
+    with running_serve(
+        ServeApp("tp2", args(2, "0|1"), "/tp2"), ServeApp("tp1", args(1, engine_cores_bind()), "/tp1")
+    ) as url:
         yield url
 
 

@@ -12,6 +12,7 @@ import requests
 
 from specexit_core.toy.paths import DRAFT_DIR, TEACHER_DIR
 from specexit_core.toy.task import grade, problems
+from specexit_core.vllm_env import engine_cores_bind
 from support.ports import free_port
 
 pytestmark = pytest.mark.vllm
@@ -25,7 +26,7 @@ def server(tmp_path_factory):
         os.environ,
         HF_HUB_OFFLINE="1",
         VLLM_CPU_KVCACHE_SPACE="1",
-        VLLM_CPU_OMP_THREADS_BIND="0-1",
+        VLLM_CPU_OMP_THREADS_BIND=engine_cores_bind(),
         PROMETHEUS_MULTIPROC_DIR=str(prom),
     )
     spec = json.dumps({"method": "eagle3", "model": str(DRAFT_DIR), "num_speculative_tokens": 3})

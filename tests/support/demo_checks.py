@@ -46,7 +46,7 @@ class DemoArtifacts:
     serve: dict  # serve.json (summary + rows)
 
 
-def run_teacher_demo(tmp_path: Path, teacher: str, *, timeout: float = 1500) -> DemoRun:
+def run_teacher_demo(tmp_path: Path, teacher: str, *, timeout: float = 2400) -> DemoRun:
     """`specexit demo --teacher TEACHER --quick --json` in `tmp_path/demo`, materialising the teacher
     into `tmp_path/teachers` (by the run itself: driver and Ray workers), offline."""
     wd, teachers = tmp_path / "demo", tmp_path / "teachers"
