@@ -50,7 +50,7 @@ def apply_cpu_defaults(kv_cache_gib: int = 1) -> None:
     defaults = {
         "HF_HUB_OFFLINE": "1",
         "TOKENIZERS_PARALLELISM": "false",
-        **cpu_engine_env(kv_cache_gib, all_cores_bind()),
+        **cpu_engine_env(kv_cache_gib, engine_cores_bind()),
     }
     for k, v in defaults.items():
         os.environ.setdefault(k, v)

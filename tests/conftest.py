@@ -22,7 +22,7 @@ def _share_the_cores_between_workers() -> None:
     vLLM engines get a core of their own, and OpenMP threads spin briefly before they sleep. A vLLM CPU
     engine binds an OpenMP thread to every core, and libgomp's threads spin while they wait for a
     peer: two engines on the same two cores slowed each other 4-5x (docs/cpu-stack.md, "Two engines on
-    two cores"); a quick demo's evaluation took 788 s beside another instead of 199 s alone. Set in the
+    two cores"); r1-llama-like's quick demo beside qwen3-like's: evaluation 788 s, ~190 s alone. Set in the
     environment, so the Ray workers, Serve replicas and CLI runs a test starts inherit it; a value the
     caller set wins (tests that need both cores, tensor parallelism for one, set their own)."""
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
