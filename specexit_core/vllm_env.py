@@ -21,6 +21,18 @@ def is_cpu_build() -> bool:
 
 KV_CACHE_ENV = "VLLM_CPU_KVCACHE_SPACE"  # GiB of KV cache: the default memory check fails on small VMs
 THREADS_BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"  # cores the engine's OpenMP threads are pinned to
+# "0": the engine core runs in the caller's process (vLLM's uniprocess executor). On CPU vLLM otherwise
+# spawns an engine-core process *and* a worker process, each importing torch and vLLM again: the toy
+# engine started in 26.5 s that way and in 3.6 s in process, with the same greedy ids and the same
+# decode speed (scripts/bench_engine_start.py, docs/results/engine_start_cpu.json; two engines in one
+# process work too). GPUs keep vLLM's default: there the separate engine core overlaps scheduling and
+# detokenisation with the forward pass.
+MULTIPROCESSING_ENV = "VLLM_ENABLE_V1_MULTIPROCESSING"
+
+
+def in_process_engine_env() -> dict[str, str]:
+    """The environment that starts a process's offline vLLM engines in that process."""
+    return {MULTIPROCESSING_ENV: "0"}
 
 
 def all_cores_bind() -> str:

@@ -42,12 +42,21 @@ class EngineConfig(StrictModel):
     enable_prefix_caching: bool = True
     gpu_memory_utilization: float | None = None
     cpu_kv_cache_gib: int = Field(1, ge=1)  # VLLM_CPU_KVCACHE_SPACE on CPU
+    # where the engine core runs: "process" = its own processes (vLLM's default), "in_process" = in
+    # the actor (starts ~7x faster on CPU, specexit_core.vllm_env.in_process_engine_env), "auto" =
+    # in_process on CPU with tensor_parallel_size 1, else process
+    engine_core: Literal["auto", "process", "in_process"] = "auto"
     seed: int = 0
     extra: dict[str, Any] = Field(default_factory=dict)  # any other vLLM engine argument
 
     def resolve_paths(self) -> EngineConfig:
         self.model = resolve_model(self.model)
         return self
+
+    def engine_core_in_process(self, gpu: bool) -> bool:
+        if self.engine_core != "auto":
+            return self.engine_core == "in_process"
+        return not gpu and self.tensor_parallel_size == 1
 
     def engine_kwargs(self) -> dict[str, Any]:
         kw: dict[str, Any] = dict(

@@ -112,3 +112,26 @@ def test_cpu_engine_env_is_the_one_rule(monkeypatch):
     apply_cpu_defaults(4)
     assert os.environ["VLLM_CPU_KVCACHE_SPACE"] == "4" and os.environ["VLLM_CPU_OMP_THREADS_BIND"] == "0"  # user wins
     assert all_cores_bind().startswith("0")
+
+
+@pytest.mark.parametrize(
+    ("engine_core", "gpu", "tp", "in_process"),
+    [
+        ("auto", False, 1, True),  # CPU, one engine process: in the actor (fast start)
+        ("auto", False, 2, False),  # tensor parallel: vLLM's worker processes
+        ("auto", True, 1, False),  # GPU: vLLM's default, a separate engine core
+        ("process", False, 1, False),
+        ("in_process", True, 1, True),
+    ],
+)
+def test_engine_actors_get_the_engine_core_mode(engine_core, gpu, tp, in_process):
+    """`engine.engine_core` decides VLLM_ENABLE_V1_MULTIPROCESSING in the engine actors' environment."""
+    from pipelines.common.config import EngineConfig
+    from pipelines.common.runtime import engine_env
+
+    e = EngineConfig(model="m", engine_core=engine_core, tensor_parallel_size=tp)
+    env = engine_env(e, gpu)
+    assert (env.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0") is in_process
+    assert ("VLLM_CPU_KVCACHE_SPACE" in env) is not gpu
+    with pytest.raises(ValueError, match="engine_core"):
+        EngineConfig(model="m", engine_core="thread")
