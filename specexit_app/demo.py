@@ -148,6 +148,8 @@ class Stages:
         raw["input"] = {**raw.get("input", {}), "n": self.cfg.eval_problems}
         if self.cfg.eval_latency_problems is not None:
             raw["latency_problems"] = self.cfg.eval_latency_problems
+        if self.cfg.eval_budget_sweep is not None:
+            raw["budget_sweep"] = self.cfg.eval_budget_sweep
         summary = run_evaluation(
             load_config(EvalConfig, raw=raw, what="evaluate", overrides={"output": str(self.wd / "eval")})
         )

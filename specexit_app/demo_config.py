@@ -47,6 +47,7 @@ class QuickOverrides(StrictModel):
     serve_requests: int | None = Field(None, ge=1)
     eval_problems: int | None = Field(None, ge=1)
     eval_latency_problems: int | None = Field(None, ge=1)
+    eval_budget_sweep: list[int] | None = None
     temperatures: list[float] | None = None
 
 
@@ -73,10 +74,20 @@ class DemoConfig(StrictModel):
     eval_problems: int = Field(100, ge=1)
     # problems timed one request at a time (None: the evaluate recipe's `latency_problems`)
     eval_latency_problems: int | None = Field(None, ge=1)
+    # the static thinking budgets the evaluation sweeps (None: the evaluate recipe's `budget_sweep`); a
+    # budget chosen on the dev split (calibrate_peers) is added to it
+    eval_budget_sweep: list[int] | None = None
     # the evaluation's temperatures, and so the calibration's (the exit must hold at each; 0.0 first)
     temperatures: list[float] = Field(default_factory=lambda: [0.0, 0.6])
     serve_port: int = Field(8000, ge=1, le=65535)
     quick: QuickOverrides = Field(default_factory=QuickOverrides)
+
+    @field_validator("eval_budget_sweep")
+    @classmethod
+    def _budgets(cls, v):
+        if v is not None and (not v or any(b < 1 for b in v)):
+            raise ValueError(f"eval_budget_sweep must be a non-empty list of think-token budgets >= 1, got {v}")
+        return v
 
     @field_validator("temperatures")
     @classmethod

@@ -46,7 +46,7 @@ def test_main_demo_quick(tmp_path, monkeypatch):
     assert st["traces"]["ok"] + st["traces"]["errors"] == st["traces"]["input_rows"] == 24
     assert st["train_draft"]["step"] == 6
     assert st["serve"]["requests"] == 4 and st["serve"]["reasoning_separated"]
-    assert st["evaluate"]["complete"] and st["evaluate"]["n"] == 6
+    assert st["evaluate"]["complete"] and st["evaluate"]["n"] == 4
     # the draft the demo trained is what was served and evaluated; the report is there
     draft = json.loads((wd / "draft" / "config.json").read_text())
     assert draft["specexit"]["exit_defaults"] == st["calibrate"]["exit"]

@@ -104,7 +104,8 @@ def test_endpoint_requests_get_the_evaluation_stage_budget(teacher, budget, monk
 @pytest.mark.parametrize("quick", [False, True])
 def test_calibration_and_evaluation_get_the_demo_sizes(teacher, quick, monkeypatch, tmp_path):
     """The calibration runs at the demo's temperatures (the quick run's [0.0] halves its dev run), the
-    quick runs of the built-in teachers skip the peers' choice, and `eval_latency_problems` reaches the evaluation;
+    quick runs of the built-in teachers skip the peers' choice, and `eval_latency_problems` and
+    `eval_budget_sweep` reach the evaluation;
     unset, each stage keeps its recipe's value."""
     import pipelines.calibrate.job as calibrate_job
     import pipelines.evaluate.job as evaluate_job
@@ -133,7 +134,10 @@ def test_calibration_and_evaluation_get_the_demo_sizes(teacher, quick, monkeypat
     assert c.temperatures == e.temperatures == cfg.temperatures == ([0.0] if quick else [0.0, 0.6])
     recipe = read_yaml(cfg.calibrate)
     assert c.peers is (False if (quick and teacher != "toy") else recipe["peers"])
-    assert e.latency_problems == (2 if quick else read_yaml(cfg.evaluate)["latency_problems"])
+    assert e.latency_problems == (1 if quick else read_yaml(cfg.evaluate)["latency_problems"])
+    # quick: one static budget (the toy's calibration adds the one it chooses on dev); else the recipe's sweep
+    assert e.budget_sweep == (cfg.quick.eval_budget_sweep if quick else read_yaml(cfg.evaluate)["budget_sweep"])
+    assert len(e.budget_sweep) == (1 if quick else 5)
 
 
 def test_demo_temperatures_are_checked_before_any_stage(tmp_path):
@@ -165,3 +169,13 @@ def test_probe_lengths_hold_the_teachers_answers(teacher):
     assert labels["probe_max_tokens"] >= longest and ev["oracle"]["probe_max_tokens"] >= longest
     # ... and no longer than a spare token or three: a probe is a request per paragraph break
     assert ev["deer"]["trial_max_tokens"] <= trial + 1 and labels["probe_max_tokens"] <= longest + 3
+
+
+def test_eval_budget_sweep_is_checked_at_load(tmp_path):
+    """An empty or non-positive budget list fails when the demo recipe is read, naming the field."""
+    recipe = tmp_path / "demo.yaml"
+    text = DEFAULT_CONFIG.read_text()
+    for bad in ("[]", "[0, 48]"):
+        recipe.write_text(text.replace("eval_budget_sweep: [72]", f"eval_budget_sweep: {bad}", 1))
+        with pytest.raises(ConfigError, match=r"eval_budget_sweep must be a non-empty list"):
+            load_demo_config(recipe, quick=True)
