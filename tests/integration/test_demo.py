@@ -7,7 +7,7 @@ import pytest
 from support.cli import run_json, specexit
 from support.ports import free_port
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow(minutes=12)]
+pytestmark = [pytest.mark.vllm, pytest.mark.slow(minutes=7)]
 
 
 def test_toy_demo_json():

@@ -9,7 +9,7 @@ import pytest
 
 from support.demo_checks import check_teacher_demo, run_teacher_demo
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow(minutes=10)]
+pytestmark = [pytest.mark.vllm, pytest.mark.slow(minutes=13)]
 
 
 def test_qwen3_like_demo_quick(tmp_path):

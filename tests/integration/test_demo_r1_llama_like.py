@@ -11,7 +11,7 @@ import pytest
 
 from support.demo_checks import check_teacher_demo, run_teacher_demo
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow(minutes=10)]
+pytestmark = [pytest.mark.vllm, pytest.mark.slow(minutes=9)]
 
 
 def test_r1_llama_like_demo_quick(tmp_path):

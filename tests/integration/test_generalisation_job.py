@@ -15,7 +15,7 @@ import yaml
 from support.cli import run_json
 from support.paths import REPO_ROOT
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow(minutes=4)]
+pytestmark = [pytest.mark.vllm, pytest.mark.slow(minutes=1)]
 N = 3
 
 

@@ -16,7 +16,7 @@ import pytest
 from specexit_core.vllm_env import engine_cores_bind
 from support.serve import ServeApp, running_serve, server_log_excerpt, toy_model_args, wait_generating
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow(minutes=16)]
+pytestmark = [pytest.mark.vllm, pytest.mark.slow(minutes=10)]
 
 KEY = "sk-test-file-key"
 ENV_KEY = "sk-test-env-key"

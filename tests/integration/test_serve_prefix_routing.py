@@ -21,7 +21,8 @@ from specexit_core.toy.paths import TEACHER_DIR
 from specexit_core.toy.task import problems
 from support.serve import ServeApp, running_serve, toy_model_args, wait_generating
 
-pytestmark = pytest.mark.vllm  # routing by prefix is decided by text, not timing: the parallel pass is fine
+# routing by prefix is decided by text, not timing: the parallel pass is fine
+pytestmark = [pytest.mark.vllm, pytest.mark.slow(minutes=3)]
 
 MODEL = "toy-prefix"
 APP = "prefix"

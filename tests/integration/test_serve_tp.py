@@ -8,7 +8,7 @@ import pytest
 from specexit_core.vllm_env import engine_cores_bind
 from support.serve import ServeApp, running_serve, toy_model_args
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow(minutes=6)]
+pytestmark = [pytest.mark.vllm, pytest.mark.slow(minutes=5)]
 
 PROMPTS = [
     "Compute from left to right : 7 + 5 * 3 - 4",
