@@ -20,7 +20,9 @@ import subprocess
 import sys
 import time
 
-MODES = {"engine core in its own processes (default)": {}, "in process": {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}}
+from specexit_core.vllm_env import THREADS_BIND_ENV, in_process_engine_env
+
+MODES = {"engine core in its own processes (default)": {}, "in process": in_process_engine_env()}
 
 
 def child() -> None:
@@ -77,12 +79,12 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--child", action="store_true")
     ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--bind", default=None, help="VLLM_CPU_OMP_THREADS_BIND for every case (default: every core)")
+    ap.add_argument("--bind", default=None, help=f"{THREADS_BIND_ENV} for every case (default: every core)")
     a = ap.parse_args()
     if a.child:
         child()
         return
-    base = {"VLLM_CPU_OMP_THREADS_BIND": a.bind} if a.bind else {}
+    base = {THREADS_BIND_ENV: a.bind} if a.bind else {}
     runs = {m: [] for m in MODES}
     for _ in range(a.repeats):  # interleaved, so a change of machine load hits both modes
         for m, env in MODES.items():

@@ -133,5 +133,10 @@ def test_engine_actors_get_the_engine_core_mode(engine_core, gpu, tp, in_process
     env = engine_env(e, gpu)
     assert (env.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0") is in_process
     assert ("VLLM_CPU_KVCACHE_SPACE" in env) is not gpu
+
+
+def test_engine_core_mode_is_checked():
+    from pipelines.common.config import EngineConfig
+
     with pytest.raises(ValueError, match="engine_core"):
         EngineConfig(model="m", engine_core="thread")
