@@ -40,7 +40,8 @@ Why each private name is needed:
   serveConfigV2 this way, without a cluster. Imported on call: the app itself never needs them.
 * `broadcast` (`ray.llm._internal.serve.utils.broadcast`): calls a method on every running replica of a
   deployment, in `call_every_replica` (per-replica `specexit_stats`, e.g. where prefix routing sent
-  requests; a handle call reaches one replica of the router's choosing). Imported on call.
+  requests; a handle call reaches one replica of the router's choosing). Imported on call. One call
+  is routed through the handle first, so that its request router is built on the router's loop.
 """
 
 from __future__ import annotations
@@ -88,4 +89,11 @@ def call_every_replica(deployment: str, app: str, method: str) -> list:
     from ray import serve
     from ray.llm._internal.serve.utils.broadcast import broadcast
 
-    return broadcast(serve.get_deployment_handle(deployment, app_name=app), method)
+    handle = serve.get_deployment_handle(deployment, app_name=app)
+    # One routed call first: it builds the handle's request router on the router's own event loop.
+    # Left to `broadcast`, Ray 2.60 builds it lazily in this thread, and with the replicas already
+    # known its `update_replicas` schedules a probe on `asyncio.get_running_loop()`: "no running
+    # event loop" (every time with a custom router such as prefix_aware, whose config long-poll
+    # arrives after the replicas).
+    getattr(handle, method).remote().result()
+    return broadcast(handle, method)
