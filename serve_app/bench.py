@@ -67,10 +67,10 @@ def _prompts(n: int, seed: int) -> list[str]:
 
 async def bench_direct(engine_kwargs: dict, chat_prompts: list[str], levels: dict, max_tokens: int) -> dict:
     from vllm import SamplingParams
-    from vllm.engine.arg_utils import AsyncEngineArgs
-    from vllm.v1.engine.async_llm import AsyncLLM
 
-    engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**engine_kwargs))
+    from serve_app.engine import replica_like_async_llm
+
+    engine = replica_like_async_llm(engine_kwargs)
     try:
         tok = (
             await engine.get_tokenizer()

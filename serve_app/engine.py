@@ -13,6 +13,7 @@ vLLM's own serving layer; this class only post-processes what it returns:
 * counts the requests that reach it, and those that still carry an `Authorization` header (the
   ingress strips it after the key check, serve_app/auth.py: this count must stay 0);
 * counts prefix-cache lookups and hits and preemptions, also as Ray metrics (serve_app/cache_metrics.py).
+On CPU at one rank the engine core runs the model itself (`run_model_in_engine_core`): no worker process.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from serve_app.ray_llm import VLLMEngine
 from serve_app.replica import replica_tag
 from serve_app.telemetry import ExitEventIndex, choice_telemetry, usage_block
 from specexit_core.draft.config import SpecExitFields, read_specexit_fields
+from specexit_core.vllm_env import run_model_in_engine_core
 from specexit_core.vllm_plugin.controls import request_exit_config, server_defaults
 from specexit_core.vllm_plugin.long_controls import request_long_config, server_long_defaults
 from specexit_core.vllm_plugin.telemetry import TELEMETRY_DIR_ENV
@@ -55,6 +57,11 @@ def _draft_specexit_fields(engine_kwargs: dict) -> SpecExitFields | None:
 
 
 class SpecExitVLLMEngine(VLLMEngine):
+    def _start_async_llm_engine(self, vllm_engine_args, vllm_engine_config, placement_group):
+        if run_model_in_engine_core(vllm_engine_config):
+            log.info("CPU, one rank: the engine core runs the model itself (uniprocess executor)")
+        return super()._start_async_llm_engine(vllm_engine_args, vllm_engine_config, placement_group)
+
     async def start(self) -> None:
         await super().start()
         kwargs = self.llm_config.get_engine_config().engine_kwargs
@@ -275,3 +282,22 @@ class _StreamRewriter:
                 obj["usage"]["specexit"] = self.engine._telemetry(obj["id"], self.ids, self.enabled, self.n)
             out.append("data: " + to_json(obj).decode())
         return "".join(e + "\n\n" for e in out)
+
+
+def replica_like_async_llm(engine_kw: dict):
+    """vLLM's `AsyncLLM` in this process, started the way a Serve replica starts its engine (the
+    benches' direct path, `serve_app/bench.py`, `serve_app/serve_bench_run.py`): the replica's engine
+    arguments (on CPU with the `mp` backend Ray Serve LLM passes), then `run_model_in_engine_core`."""
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.v1.engine.async_llm import AsyncLLM
+    from vllm.v1.executor.abstract import Executor
+
+    args = AsyncEngineArgs(**engine_kw)
+    cfg = args.create_engine_config()
+    run_model_in_engine_core(cfg)
+    return AsyncLLM(
+        vllm_config=cfg,
+        executor_class=Executor.get_class(cfg),
+        log_requests=args.enable_log_requests,
+        log_stats=not args.disable_log_stats,
+    )

@@ -47,11 +47,11 @@ def _engine_setup(cfg: ServeBenchConfig):
 
 async def run_direct(cfg: ServeBenchConfig, engine_kw: dict) -> tuple[list[Measured], list[list[int]], list]:
     from vllm import SamplingParams
-    from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.sampling_params import RequestOutputKind
-    from vllm.v1.engine.async_llm import AsyncLLM
 
-    engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**engine_kw))
+    from serve_app.engine import replica_like_async_llm
+
+    engine = replica_like_async_llm(engine_kw)
     try:
         tok = engine.get_tokenizer()
         ids, sent = prompt_ids(cfg.model_set, tok, max(cfg.requests))

@@ -35,6 +35,20 @@ def in_process_engine_env() -> dict[str, str]:
     return {MULTIPROCESSING_ENV: "0"}
 
 
+def run_model_in_engine_core(vllm_config) -> bool:
+    """On CPU at one rank, vLLM's uniprocess executor: the engine-core process runs the model itself
+    instead of spawning a worker process that imports torch and vLLM again (~10-25 s of a replica's
+    start on these machines). Ray Serve LLM passes the `mp` backend on CPU, and vLLM's CPU platform
+    only ever turns `uni` into `mp`, so the change is made on the finished config, before the engine
+    starts. The async engine keeps its engine core in its own process either way (a fresh one, so the
+    OpenMP binding is set there as in a worker). Returns whether the config was changed."""
+    pc = vllm_config.parallel_config
+    if vllm_config.device_config.device_type != "cpu" or pc.world_size != 1 or pc.distributed_executor_backend != "mp":
+        return False
+    pc.distributed_executor_backend = "uni"
+    return True
+
+
 def all_cores_bind() -> str:
     """VLLM_CPU_OMP_THREADS_BIND for every core of this machine (faster than pinning to core 0)."""
     ncpu = os.cpu_count() or 1

@@ -76,3 +76,5 @@ def test_tp2_replica_runs_two_ranks(base):
     workers = [n for n in tp2 if "Worker" in n or "TP" in n]
     print("tp1:", tp1, "tp2:", tp2)
     assert len(tp2) > len(tp1) and len(workers) >= 2, (tp1, tp2)
+    # one rank on CPU: the engine core runs the model itself, no worker process (run_model_in_engine_core)
+    assert any("EngineCore" in n for n in tp1) and not [n for n in tp1 if "Worker" in n], tp1
