@@ -52,7 +52,8 @@ class TeacherBuildConfig(TrainRecipe):
 
 
 def default_config(spec: TeacherSpec) -> TeacherBuildConfig:
-    return TeacherBuildConfig(arch=spec.default_arch())
+    lr = {} if spec.build_lr is None else {"lr": spec.build_lr}
+    return TeacherBuildConfig(arch=spec.default_arch(), **lr)
 
 
 def load_build_config(spec: TeacherSpec, d: dict | None = None) -> TeacherBuildConfig:

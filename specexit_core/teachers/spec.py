@@ -54,6 +54,7 @@ class TeacherSpec:
     render_example: RenderFn
     hf_config: HFConfigFn
     digits_per_token: int = 1  # how many digits one number token holds (Llama 3 groups up to three)
+    build_lr: float | None = None  # the build recipe's peak learning rate; None: TrainRecipe's default
 
     def load_tokenizer(self):
         from transformers import AutoTokenizer

@@ -70,3 +70,17 @@ def test_shipped_teacher_within_budget_and_covers_held_out_text(name):
     for p in problems("test", 40, seed=5):
         ids, _ = spec.encode_example(tok, *spec.render_example(tok, p, rng, RealisticStyle()))
         assert set(ids) <= used
+
+
+@pytest.mark.parametrize("name", sorted(TEACHERS))
+def test_the_default_recipe_is_the_shipped_builds(name):
+    """`specexit teacher build NAME` with no --config trains what ships (up to the thread count, a
+    property of the machine it ran on)."""
+    from specexit_core.teachers.build import BUILD_CONFIG, default_config, load_build_config
+
+    spec = get_teacher(name)
+    if not (spec.assets_dir / BUILD_CONFIG).exists():
+        pytest.skip(f"{name} not built yet")
+    shipped = load_build_config(spec, json.loads((spec.assets_dir / BUILD_CONFIG).read_text())).to_json()
+    default = default_config(spec).to_json()
+    assert {k: v for k, v in shipped.items() if k != "threads"} == {k: v for k, v in default.items() if k != "threads"}
