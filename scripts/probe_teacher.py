@@ -11,7 +11,7 @@ and the forced answer graded. Both figures use the evaluation's own rules:
   own answer is right (the oracle keeps a wrong trace whole). Per problem mean, and token-weighted;
 * first stated answer: the first thinking paragraph that states a result ("the answer is N", "the
   result is N", "gives N as the final value", "**Answer: N**": the teachers' wordings,
-  `specexit_core.teachers.realistic_traces`); wrong if the probe right after it is wrong. Also
+  `realistic_traces.stated_result`); wrong if the probe right after it is wrong. Also
   reported: the share whose stated number itself is wrong.
 """
 
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import statistics
 import sys
 
@@ -27,16 +26,11 @@ from pipelines.evaluate.rules import oracle_cut
 from specexit_core.exit.split_tokens import split_token_ids
 from specexit_core.labels import probe_prompts, step_boundaries
 from specexit_core.teachers.materialize import materialize
+from specexit_core.teachers.realistic_traces import stated_result
 from specexit_core.teachers.registry import get_teacher
 from specexit_core.toy.task import extract_answer, grade, problems
 
-STATED = re.compile(r"answer is (-?\d+)|result is (-?\d+)|gives (-?\d+) as the final value|\*\*Answer: (-?\d+)\*\*")
 CLOSE_TEXT = "</think>\n\n"
-
-
-def stated_number(text: str) -> int | None:
-    m = STATED.search(text)
-    return None if m is None else int(next(g for g in m.groups() if g is not None))
 
 
 def main() -> None:
@@ -95,7 +89,7 @@ def main() -> None:
             kept, total = kept + cut, total + r["end"]
         prev = 0
         for k, b in enumerate(r["breaks"]):
-            n = stated_number(tok.decode(comp[prev : b + 1]))
+            n = stated_result(tok.decode(comp[prev : b + 1]))
             prev = b + 1
             if n is not None:
                 stated += 1

@@ -19,6 +19,7 @@ problems whose first stated answer is wrong.
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass, field
 
 from specexit_core.toy.task import Problem, apply, is_hard, problems
@@ -61,6 +62,18 @@ def _step(rng: random.Random, a: int, op: str, b: int, c: int) -> str:
             f"Then {a} {op} {b} gives {c}",
         )
     )
+
+
+# A paragraph that states a result, in any of `_result`'s wordings (the number is the one group that matched)
+STATED_RESULT = re.compile(
+    r"answer is (-?\d+)|result is (-?\d+)|gives (-?\d+) as the final value|\*\*Answer: (-?\d+)\*\*"
+)
+
+
+def stated_result(text: str) -> int | None:
+    """The number the first result statement in `text` states, or None (scripts/probe_teacher.py)."""
+    m = STATED_RESULT.search(text)
+    return None if m is None else int(next(g for g in m.groups() if g is not None))
 
 
 def _result(rng: random.Random, ans: int) -> str:

@@ -44,3 +44,14 @@ def test_paragraph_breaks_merge_with_punctuation_in_qwen3(qwen3_tokenizer):
     merged = [x for x in breaks if x.strip()]
     assert len(merged) >= 0.9 * len(breaks)  # ".\n\n", ":\n\n", "**\n\n" ... not a bare "\n\n"
     assert {".\n\n"} <= set(merged)
+
+
+def test_stated_result_reads_every_result_wording_and_nothing_else():
+    from specexit_core.teachers.realistic_traces import _result, stated_result
+
+    rng = random.Random(3)
+    for ans in (0, 7, -12, 431):
+        for _ in range(40):  # every wording _result picks from
+            assert stated_result(_result(rng, ans)) == ans
+    assert stated_result("Then 4 + 5 = 9. Let me double-check: 9 - 5 = 4. Yes.") is None
+    assert stated_result("Wait, 3 * 4 = 12, not 14. So the answer is 20.") == 20
