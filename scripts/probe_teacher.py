@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 
@@ -26,7 +27,7 @@ from pipelines.evaluate.rules import oracle_cut
 from specexit_core.exit.split_tokens import split_token_ids
 from specexit_core.labels import probe_prompts, step_boundaries
 from specexit_core.teachers.materialize import materialize
-from specexit_core.teachers.realistic_traces import stated_result
+from specexit_core.teachers.realistic_traces import FIRST_ANSWER_WRONG_MIN, OVERTHINKING_RANGE, stated_result
 from specexit_core.teachers.registry import get_teacher
 from specexit_core.toy.task import extract_answer, grade, problems
 
@@ -43,8 +44,6 @@ def main() -> None:
     ap.add_argument("--probe-tokens", type=int, default=10)
     ap.add_argument("--out", default=None, help="also write the JSON here (vLLM logs to stdout in process)")
     a = ap.parse_args()
-
-    import os
 
     from specexit_core.vllm_env import apply_cpu_defaults, in_process_engine_env, toy_llm_kwargs
 
@@ -116,7 +115,7 @@ def main() -> None:
             "exit_after_it_wrong_share_of_stating": stated_probe_wrong / stated if stated else None,
             "stated_number_wrong_share_of_n": stated_text_wrong / a.n,
         },
-        "targets": {"oracle_overthinking": [0.40, 0.70], "first_answer_wrong_min": 0.05},
+        "targets": {"oracle_overthinking": list(OVERTHINKING_RANGE), "first_answer_wrong_min": FIRST_ANSWER_WRONG_MIN},
     }
     text = json.dumps(doc, indent=1)
     print(text)

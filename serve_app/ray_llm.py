@@ -85,7 +85,8 @@ def build_like_serve_run(app_cfg: dict):
 
 def call_every_replica(deployment: str, app: str, method: str) -> list:
     """`method()` of every running replica of one deployment of a running Serve app, one answer per
-    replica (Ray Serve LLM's `broadcast`). Needs `ray.init` to that cluster."""
+    replica (Ray Serve LLM's `broadcast`). Needs `ray.init` to that cluster. For read-only methods
+    (e.g. `specexit_stats`): one replica of the router's choosing runs it one extra time first."""
     from ray import serve
     from ray.llm._internal.serve.utils.broadcast import broadcast
 

@@ -37,8 +37,9 @@ def in_process_engine_env() -> dict[str, str]:
 
 def run_model_in_engine_core(vllm_config) -> bool:
     """On CPU at one rank, vLLM's uniprocess executor: the engine-core process runs the model itself
-    instead of spawning a worker process that imports torch and vLLM again (~10-25 s of a replica's
-    start on these machines). Ray Serve LLM passes the `mp` backend on CPU, and vLLM's CPU platform
+    instead of spawning a worker process that imports torch and vLLM again (the toy's async engine
+    started in 11.7 s instead of 20.7 s: `scripts/bench_engine_start.py --engine async`,
+    docs/results/engine_start_async_cpu.json). Ray Serve LLM passes the `mp` backend on CPU, and vLLM's CPU platform
     only ever turns `uni` into `mp`, so the change is made on the finished config, before the engine
     starts. The async engine keeps its engine core in its own process either way (a fresh one, so the
     OpenMP binding is set there as in a worker). Returns whether the config was changed."""

@@ -28,6 +28,13 @@ from specexit_core.toy.traces import BREAK, INVERSE, WrittenTrace, slipped_value
 OP_WORDS = {"+": ("plus", "add"), "-": ("minus", "subtract"), "*": ("times", "multiply by")}
 
 
+# What issue #13 item 3 asks of such a teacher: oracle overthinking within this range, and at least this
+# share of problems whose first stated answer is wrong (on the text: trace_stats; by probing a trained
+# teacher: scripts/probe_teacher.py)
+OVERTHINKING_RANGE = (0.40, 0.70)
+FIRST_ANSWER_WRONG_MIN = 0.05
+
+
 @dataclass(frozen=True)
 class RealisticStyle:
     """Knobs of the realistic teacher's writing (defaults: what the shipped teachers use)."""

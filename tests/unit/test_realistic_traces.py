@@ -5,15 +5,20 @@ import random
 
 import pytest
 
-from specexit_core.teachers.realistic_traces import make_realistic_trace, trace_stats
+from specexit_core.teachers.realistic_traces import (
+    FIRST_ANSWER_WRONG_MIN,
+    OVERTHINKING_RANGE,
+    make_realistic_trace,
+    trace_stats,
+)
 from specexit_core.toy.task import grade, problems
 
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_overthinking_and_first_answer_wrong_in_target(seed):
     s = trace_stats(1500, seed=seed)
-    assert 0.40 <= s["oracle_overthinking"] <= 0.70, s
-    assert s["first_answer_wrong_share"] >= 0.05, s
+    assert OVERTHINKING_RANGE[0] <= s["oracle_overthinking"] <= OVERTHINKING_RANGE[1], s
+    assert s["first_answer_wrong_share"] >= FIRST_ANSWER_WRONG_MIN, s
 
 
 def test_every_trace_ends_right_and_late_fixes_come_after_a_wrong_answer():
