@@ -7,9 +7,10 @@ slot we keep last step's rows (tokens and signals) and gen0: one step's committe
 step's drafts 1..a (a = gen0 - last gen0 - 1 accepted) and this step's input 0 -- read from the
 device rows, never from `output_token_ids` (which holds `-1` placeholders under async scheduling).
 
-`stream` lays one step out as `BatchTrackers.scan` columns (column-major, [L, N]): [last step's
+`step_kernels.stream_row` lays one step out as `BatchTrackers.scan` columns (column-major, [L, N]): [last step's
 drafts 1..W-1 (valid below a) | input 0 (valid unless the step repeats last step's input 0) |
-drafts 1..k (hypothetical)].
+drafts 1..k (hypothetical)]; `step_kernels.stream_row` / `advance_row` (compiled) read and write
+these arrays.
 """
 
 from __future__ import annotations
@@ -74,51 +75,11 @@ class CommittedRows:
         self.last_tok = grown(self.last_tok, (width, cap), -1)
         self.last_sig = grown(self.last_sig, (width, cap, N_SIGNALS), 0.0)
 
-    def gen0(self, slots: np.ndarray, pos0: np.ndarray) -> np.ndarray:
-        return pos0 - self.n_prompt[slots]
+    def fit(self, width: int) -> None:
+        """Room for `width` rows per slot (a step with more drafts than any before)."""
+        if width > len(self.last_tok):
+            self._grow(len(self.n_prompt), width)
 
-    def stream(self, slots, gen0, cur_tok, cur_sig, cur_valid=None) -> Stream:
-        """cur_*: this step's rows, [K+1, N] (input 0, drafts; views will do); `cur_valid` False past
-        a row's drafts (None: every row has K drafts). The stream's arrays are written in place, no
-        concatenation; they are fresh, so `advance` may keep them."""
-        width = len(self.last_tok)
-        w1, (k1, n) = width - 1, cur_tok.shape
-        last_gen0 = self.last_gen0[slots]
-        a1 = gen0 - last_gen0  # drafts accepted + 1 (0: the same input 0 as last step)
-        last_tok = self.last_tok.take(slots, axis=1)
-        lost = (a1 > self.last_n[slots]) | (a1 < 0)
-        same = a1 == 0
-        if same.any():
-            lost |= same & (cur_tok[0] != last_tok[0])
-        tok = np.empty((w1 + k1, n), np.int64)
-        tok[:w1] = last_tok[1:]
-        tok[w1:] = cur_tok
-        sig = np.empty((w1 + k1, n, N_SIGNALS))
-        np.take(self.last_sig[1:], slots, axis=1, out=sig[:w1], mode="clip")
-        sig[w1:] = cur_sig
-        valid = np.empty((w1 + k1, n), bool)
-        np.less(np.arange(1, width)[:, None], a1, out=valid[:w1])  # last step's draft j: accepted
-        if cur_valid is None:
-            valid[w1:] = True
-        else:
-            valid[w1:] = cur_valid
-        valid[w1] &= a1 > 0  # input 0, unless it was last step's input 0 too
-        return Stream(
-            gen0=gen0,
-            last_gen0=last_gen0,
-            last_input0=last_tok[0],
-            lost=lost,
-            tok=tok,
-            sig=sig,
-            valid=valid,
-            n_commit=width,
-        )
-
-    def advance(self, slots, gen0, cur_tok, cur_sig, cur_n) -> None:
-        k1 = len(cur_tok)
-        if k1 > len(self.last_tok):
-            self._grow(len(self.n_prompt), k1)
-        self.last_gen0[slots] = gen0
-        self.last_n[slots] = cur_n
-        self.last_tok[:k1, slots] = cur_tok
-        self.last_sig[:k1, slots] = cur_sig
+    def state(self) -> tuple:
+        """The arrays `step_kernels.stream_row` / `advance_row` read and write, in their order."""
+        return self.n_prompt, self.last_gen0, self.last_n, self.last_tok, self.last_sig

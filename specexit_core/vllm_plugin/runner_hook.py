@@ -48,7 +48,8 @@ import torch
 
 from specexit_core.draft.config import read_specexit_fields
 from specexit_core.exit import ExitConfig, ExitDecision
-from specexit_core.exit.batch_tracker import ERROR, BatchTrackers, ScanEvent
+from specexit_core.exit.batch_tracker import ERROR, BatchTrackers, ScanEvent, new_events, scan_events
+from specexit_core.exit.signal_names import SIGNALS
 from specexit_core.signals import activate
 from specexit_core.vllm_plugin.committed_rows import CommittedRows, Stream
 from specexit_core.vllm_plugin.controls import request_exit_config, server_defaults
@@ -100,7 +101,13 @@ class SpecExitRunnerState:
         self.reqs: dict[str, _ReqState] = {}
         self._batch: list[str] = []  # last step's request ids, and their slots (-1: none)
         self._slots = np.zeros(0, np.int64)
-        self._last_drafts: tuple = (None, None, None)
+        self._last_drafts: tuple = (None, None, None, 0)
+        self._compiled_rows: bool | None = None  # CPU float32 rows: `step_kernels.cpu_rows`
+        # compiled per-step loops; imported here, at the first step, not at plugin load (numba then
+        # breaks vLLM's CPU worker start: exit/batch_scan.py)
+        from specexit_core.vllm_plugin import step_kernels
+
+        self.kernels = step_kernels
         self.counters = {
             "requests": 0,
             "exits": 0,
@@ -187,52 +194,57 @@ class SpecExitRunnerState:
         fol = np.flatnonzero(follow)
         if len(fol) == 0:
             return  # SpecExit off or over for the whole batch: no device work at all
-        n_drafts, start = self._n_drafts(sdm.num_draft_tokens)
+        n_drafts, start, k = self._n_drafts(sdm.num_draft_tokens)
         first_row = start  # of each followed request among the step's logit rows
         if len(fol) < num_reqs:  # device work only for the requests that still think
             first_row = start[fol]
             n_drafts, start, rows = _compact(n_drafts, start, fol)
             sig, tok, pos = self._host_rows(runner, sdm, aux, rows)
+            slots = slots[fol]
         else:
             sig, tok, pos = self._host_rows(runner, sdm, aux)
-        s = slots if len(fol) == num_reqs else slots[fol]
-        gen0 = self.rows.gen0(s, pos[start])
-        sel = None
-        if gen0.min() < 0:  # a prefill row (its input is a prompt token): not a generated token
-            sel = np.flatnonzero(gen0 >= 0)
-            if len(sel) == 0:
-                return
-            gen0, s, first_row = gen0[sel], s[sel], first_row[sel]
-        cur_tok, cur_sig, cur_valid = _by_column(tok, sig, start, n_drafts, sel)
-        stream = self.rows.stream(s, gen0, cur_tok, cur_sig, cur_valid)
-        exited = self.trackers.exited[s]
-        skip = stream.lost | exited
-        scan = np.flatnonzero(~skip) if skip.any() else None
-        if scan is None:
-            events = self.trackers.scan(s, stream.tok, stream.sig, stream.valid, stream.n_commit)
-        else:
-            events = self.trackers.scan(
-                s[scan], stream.tok[:, scan], stream.sig[:, scan], stream.valid[:, scan], stream.n_commit
-            )
-        w1 = stream.n_commit - 1
-        n_rows = (n_drafts if sel is None else n_drafts[sel]) + 1
-        self.rows.advance(s, stream.gen0, stream.tok[w1:], stream.sig[w1:], n_rows)
+        # one compiled loop over the followed requests: committed tokens, exit state, next step's rows
+        self.rows.fit(k + 1)
+        m = len(slots)
+        width = len(self.rows.last_tok) + k
+        stream = Stream(
+            gen0=np.empty(m, np.int64),
+            last_gen0=np.empty(m, np.int64),
+            last_input0=np.empty(m, np.int64),
+            lost=None,
+            tok=np.empty((width, m), np.int64),
+            sig=np.empty((width, m, 3)),
+            valid=np.empty((width, m), np.bool_),
+            n_commit=len(self.rows.last_tok),
+        )
+        ev = new_events(m)
+        flags = np.empty(m, np.int8)
+        self.kernels.step_rows(
+            self.trackers.code_of,
+            self.trackers.state(),
+            self.rows.state(),
+            slots,
+            start,
+            n_drafts,
+            tok,
+            sig,
+            pos,
+            self.pending,
+            ev,
+            (stream.gen0, stream.last_gen0, stream.last_input0, stream.tok, stream.sig, stream.valid),
+            flags,
+        )
         # Python per request only where needed: an event, lost track, a pending exit or thinking over
-        # (a row that exits this step has an event; `exited` from before the scan covers the others)
-        todo: dict[int, ScanEvent | None] = {}
-        if stream.lost.any():
-            todo = {r: None for r in np.flatnonzero(stream.lost).tolist()}
-        for ev in events:
-            todo[ev.row if scan is None else int(scan[ev.row])] = ev
-        attention = self.pending[s] | exited | self.trackers.ended[s]
-        if attention.any():
-            for r in np.flatnonzero(attention).tolist():
-                todo.setdefault(r, None)
-        for r in sorted(todo):
-            req_id = self.slot_req[int(s[r])]
+        todo = np.flatnonzero(flags & self.kernels.ATTENTION).tolist()
+        if not todo:
+            return
+        stream.lost = (flags & self.kernels.LOST) != 0
+        events = {e.row: e for e in scan_events(ev, stream.n_commit, [r for r in todo if ev[0][r] >= 0])}
+        for r in todo:
+            req_id = self.slot_req[int(slots[r])]
             st = self.reqs[req_id]
             try:
-                j = self._per_request(req_id, st, stream, r, todo[r])
+                j = self._per_request(req_id, st, stream, r, events.get(r))
             except Exception as e:  # noqa: BLE001 -- one request's failure must not kill the engine
                 self._fall_back(req_id, st, f"error: {type(e).__name__}: {e}")
                 continue
@@ -240,41 +252,58 @@ class SpecExitRunnerState:
                 with torch.inference_mode():  # the logits are inference tensors
                     exec_state.logits[int(first_row[r]) + j, self.think_end] = FORCE_LOGIT
 
-    def _n_drafts(self, num_draft_tokens: list[int]) -> tuple[np.ndarray, np.ndarray]:
-        """Drafts per request and each request's first logit row (usually the same as last step)."""
+    def _n_drafts(self, num_draft_tokens: list[int]) -> tuple[np.ndarray, np.ndarray, int]:
+        """Drafts per request, each request's first logit row and the most drafts (usually the same
+        as last step)."""
         if num_draft_tokens != self._last_drafts[0]:
             n = np.asarray(num_draft_tokens, np.int64)
             start = np.zeros(len(n), np.int64)
             np.cumsum(n[:-1] + 1, out=start[1:])
-            self._last_drafts = (list(num_draft_tokens), n, start)
-        return self._last_drafts[1], self._last_drafts[2]
+            self._last_drafts = (list(num_draft_tokens), n, start, int(n.max()))
+        return self._last_drafts[1], self._last_drafts[2], self._last_drafts[3]
 
     def _host_rows(self, runner, sdm, aux, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(signals [R, 3], token ids [R], positions [R]) of the logit rows `rows` (None: all), in ONE
-        device->host transfer: signals activated on the device (float64, as the reference computes
-        them), token ids and positions exact in float64. A row's signals do not depend on which
-        other rows are computed with it (tests/unit/test_runner_hook_rows.py)."""
+        """(signals [R, 3], token ids [R], positions [R]) of the logit rows `rows` (None: all):
+        signals activated in float64 (as the reference computes them), token ids and positions exact.
+        On a GPU in ONE device->host transfer; on CPU from one compiled loop over just those rows
+        (`step_kernels.cpu_rows`). A row's signals do not depend on which other
+        rows are computed with it (tests/unit/test_runner_hook_rows.py)."""
         idx = sdm.logits_indices
+        ids, positions = _tensor(runner.input_ids), _tensor(runner.positions)
+        w = self.model.signal_weight()
+        if self._compiled_rows is None:  # the engine's device and dtype: the same every step
+            self._compiled_rows = idx.device.type == "cpu" and aux[0].dtype == torch.float32
+        if self._compiled_rows:
+            at = idx.numpy() if rows is None else idx.numpy()[rows]
+            return self.kernels.cpu_rows(
+                tuple(h.numpy() for h in aux), at, self._signal_blocks(w, aux), ids.numpy(), positions.numpy()
+            )
         if rows is not None:
             idx = idx.index_select(0, torch.from_numpy(rows).to(idx.device))
         n = idx.shape[0]
         # logits_indices are increasing token indices: as many as tokens means all of them, in order
         whole = rows is None and n == aux[0].shape[0]
         feats = torch.cat(aux if whole else [h.index_select(0, idx) for h in aux], dim=-1)
-        w = self.model.signal_weight()
-        sig = activate((feats.to(w.dtype) @ w.t()).double())
-        ids, positions = _tensor(runner.input_ids), _tensor(runner.positions)
+        sig = activate(torch.nn.functional.linear(feats.to(w.dtype), w).double())
         ids, positions = (
             (ids[:n], positions[:n]) if whole else (ids.index_select(0, idx), positions.index_select(0, idx))
         )
-        if sig.device.type == "cpu":  # no transfer at all: numpy views
-            return sig.numpy(), ids.numpy(), positions.numpy()
         block = torch.cat([sig, ids.double()[:, None], positions.double()[:, None]], 1)
         host = torch.empty(block.shape, dtype=block.dtype, pin_memory=True)
         host.copy_(block, non_blocking=True)
         torch.cuda.current_stream(block.device).synchronize()  # the one wait: rows decide the logits
         out = host.numpy()
         return out[:, :3], out[:, 3].astype(np.int64), out[:, 4].astype(np.int64)
+
+    def _signal_blocks(self, w: torch.Tensor, aux) -> np.ndarray:
+        """The signal rows split per aux layer, [layers, 3, hidden] float32 (cached)."""
+        key = (w.data_ptr(), len(aux), aux[0].shape[1])
+        if getattr(self, "_blocks_key", None) != key:
+            self._blocks = np.ascontiguousarray(
+                w.float().numpy().reshape(len(SIGNALS), len(aux), -1).transpose(1, 0, 2)
+            )
+            self._blocks_key = key
+        return self._blocks
 
     def _per_request(self, req_id: str, st: _ReqState, stream: Stream, r: int, ev: ScanEvent | None) -> int | None:
         """The rare per-request part of a step: returns the logit row to force, if any."""
@@ -347,21 +376,6 @@ def _compact(n_drafts, start, fol):
     np.cumsum(k1[:-1], out=first[1:])
     rows = np.repeat(start[fol] - first, k1) + np.arange(int(k1.sum()))
     return n, first, rows
-
-
-def _by_column(tok, sig, start, n_drafts, sel):
-    """Rows of the selected requests (None: all), column-major: tokens [K+1, N], signals
-    [K+1, N, 3], valid [K+1, N] or None when every row is (K: the step's most drafts; a request
-    with fewer repeats its last row, masked). Views where they can be: the stream copies them."""
-    k1 = int(n_drafts.max()) + 1
-    if len(tok) == len(start) * k1:  # every request has K drafts (the usual decode step)
-        t, x = tok.reshape(-1, k1), sig.reshape(-1, k1, 3)
-        if sel is not None:
-            t, x = t[sel], x[sel]
-        return t.T, x.transpose(1, 0, 2), None
-    nd = n_drafts if sel is None else n_drafts[sel]
-    idx = (start if sel is None else start[sel]) + np.minimum(np.arange(k1)[:, None], nd)
-    return tok[idx].astype(np.int64), sig[idx], np.arange(k1)[:, None] <= nd
 
 
 def _tensor(buf) -> torch.Tensor:

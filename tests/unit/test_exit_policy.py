@@ -397,29 +397,3 @@ def test_fork_is_independent():
     assert f.append(5) is not None and f.exited
     assert not tr.exited and tr.think_tokens == 2 and tr.smoothed() == f.smoothed()
     assert tr.append(5) is not None  # the original still decides the same way on its own
-
-
-def test_ewma_columns_is_ewma_step_bit_for_bit():
-    """The batch form (vLLM hook) of the EWMA: per element, weight alpha = ewma_step, 1 = start at
-    the value, 0 = unchanged; the same float64 results as ewma_step, not merely close ones."""
-    import random
-
-    import numpy as np
-
-    from specexit_core.exit.smoothing import ewma_columns, ewma_step
-
-    rng = random.Random(0)
-    n, width = 7, 9
-    start = np.array([[rng.random() * 300 for _ in range(3)] for _ in range(n)])
-    values = np.array([[[rng.random() * 300 for _ in range(3)] for _ in range(n)] for _ in range(width)])
-    alphas = [rng.choice([0.1, 0.3, 1 / 3, 0.7, 1.0]) for _ in range(n)]
-    weights = np.array([[[rng.choice([0.0, 1.0, alphas[r]])] for r in range(n)] for _ in range(width)])
-    out = ewma_columns(start, values, weights)
-    for r in range(n):
-        for i in range(3):
-            e = float(start[r, i])
-            for c in range(width):
-                assert out[c, r, i] == e
-                w = float(weights[c, r, 0])
-                e = float(values[c, r, i]) if w == 1.0 else e if w == 0.0 else ewma_step(e, float(values[c, r, i]), w)
-            assert out[width, r, i] == e

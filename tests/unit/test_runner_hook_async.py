@@ -10,7 +10,7 @@ import torch
 
 from specexit_core.bench.hook_bench import SPLIT, THINK_END, SyntheticDrafter, SyntheticRunner
 from specexit_core.exit import ExitConfig, decide
-from specexit_core.signals import activate
+from specexit_core.signals import activate_value
 from specexit_core.vllm_plugin.runner_hook import FORCE_LOGIT, SpecExitRunnerState
 
 K, N_PROMPT, VOCAB, H = 3, 20, 64, 1
@@ -23,7 +23,9 @@ def raw_signals(g: int) -> list[float]:
 
 
 def hook_signals(g: int) -> list[float]:
-    return activate(torch.tensor([raw_signals(g)], dtype=torch.float32).double())[0].tolist()
+    """What the hook computes on CPU: the raw values in float32, activated per value."""
+    raw = torch.tensor(raw_signals(g), dtype=torch.float32).double().tolist()
+    return [activate_value(i, v) for i, v in enumerate(raw)]
 
 
 class Sim:
