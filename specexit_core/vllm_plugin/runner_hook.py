@@ -13,8 +13,8 @@ with the draft's `fc` signal rows (no extra forward pass), then replay the exit 
   earlier, nothing happened and the next step decides again from the committed text.
 
 The exit state is `ExitTracker`'s, kept for all requests in batch-wide arrays (`BatchTrackers`, one
-slot per request) and advanced by one numpy scan per step for the whole batch, so a step costs a
-fixed number of array operations, not Python per token; Python runs per request only for a new
+slot per request) and advanced by one compiled loop per step for the whole batch
+(`step_kernels.step_rows`), not Python per token; Python runs per request only for a new
 request, an exit decision, a pending exit, a fallback or thinking just over. The device work (aux
 rows -> signals) covers only the rows of requests the hook still follows: a request that exited,
 ended its thinking, fell back or runs without SpecExit costs no signal rows (the hook's cost:
