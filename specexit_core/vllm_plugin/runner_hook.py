@@ -288,6 +288,8 @@ class SpecExitRunnerState:
         ids, positions = (
             (ids[:n], positions[:n]) if whole else (ids.index_select(0, idx), positions.index_select(0, idx))
         )
+        if sig.device.type == "cpu":  # a CPU engine in another dtype (bf16): no transfer at all
+            return sig.numpy(), ids.numpy().astype(np.int64), positions.numpy().astype(np.int64)
         block = torch.cat([sig, ids.double()[:, None], positions.double()[:, None]], 1)
         host = torch.empty(block.shape, dtype=block.dtype, pin_memory=True)
         host.copy_(block, non_blocking=True)

@@ -103,3 +103,25 @@ def test_rows_of_requests_not_followed_change_nothing(seed):
         assert s1.reqs[rid].exit == s2.reqs[rid].exit
     assert s1.counters["exits"] == s2.counters["exits"] == 3
     assert s1.counters["fallbacks"] == s2.counters["fallbacks"] == 0
+
+
+def test_a_cpu_engine_in_bf16_takes_the_torch_rows():
+    """Aux states in bf16 on CPU (no numpy dtype for them): the torch rows, no transfer, the same
+    tokens and positions, signals as the float32 rows' to bf16 precision, and no hook error."""
+    g = torch.Generator().manual_seed(1)
+    runner, drafter = SyntheticRunner(), SyntheticDrafter(hidden=64)
+    batch = [(f"r{i}", [5, 6, 7, 8], N_PROMPT + i) for i in range(6)]
+    for rid, _, _ in batch:
+        runner.add(rid, N_PROMPT, EXIT_ARGS)
+    aux = [torch.randn(24, 64, generator=g) for _ in range(3)]
+    ex32 = runner.step(batch, aux, VOCAB)
+    s32 = SpecExitRunnerState(runner, drafter)._host_rows(runner, ex32.spec_decode_metadata, aux)
+    aux16 = [h.to(torch.bfloat16) for h in aux]
+    state = SpecExitRunnerState(runner, drafter)
+    s16 = state._host_rows(runner, ex32.spec_decode_metadata, aux16)
+    assert state._compiled_rows is False
+    assert np.array_equal(s16[1], s32[1]) and np.array_equal(s16[2], s32[2])
+    np.testing.assert_allclose(s16[0], s32[0], rtol=0.05, atol=0.05)
+    ex16 = runner.step(batch, aux16, VOCAB)
+    state.before_sample(runner, ex16)
+    assert state.counters["hook_errors"] == 0 and state.counters["steps"] == 1
