@@ -31,3 +31,20 @@ def test_the_hooks_first_step_loads_the_compiled_loops():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "True"], out
+
+
+def test_an_edit_of_an_inlined_function_drops_the_loops_cache(tmp_path):
+    """numba keys a file's cache on that file alone; step_kernels inlines batch_scan and signals, so
+    a change there must drop step_kernels' cached loops (a stale one would run the old rule)."""
+    from specexit_core.vllm_plugin.step_kernels import _drop_stale_cache
+
+    stamp = tmp_path / "step_kernels.deps"
+    cached = tmp_path / "step_kernels.step_rows-1.py311.nbi"
+    other = tmp_path / "committed_rows.x-1.py311.nbi"
+    cached.write_bytes(b""), other.write_bytes(b"")
+    stamp.write_text("the sources before an edit of batch_scan.py or signals.py")
+    _drop_stale_cache(tmp_path)
+    assert not cached.exists() and other.exists() and stamp.read_text().isalnum()
+    cached.write_bytes(b"")
+    _drop_stale_cache(tmp_path)  # unchanged sources: the cache stays
+    assert cached.exists()
