@@ -12,7 +12,13 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from specexit_core.compiled_cache import drop_stale_cache
+from specexit_core.exit import smoothing
 from specexit_core.exit.batch_tracker import _END, _K_BUDGET, _K_DECISION, _K_ERROR, _SIDE, _SPLIT, _START
+from specexit_core.exit.smoothing import ewma_update
+
+drop_stale_cache(__file__, [smoothing.__file__])  # the scan inlines the EWMA step
+_ewma_update = njit(cache=True, nogil=True)(ewma_update)
 
 
 @njit(cache=True, nogil=True)
@@ -29,8 +35,8 @@ def scan_row(code_of, st, s, r, tok, x, valid, p, ev):
 
     A column is a think token when valid and neither `<think>`, `</think>` nor after a `</think>`.
     Its weight is alpha (1 for the first think token: it starts the average; 0 for other tokens),
-    and the average moves as `ewma_step` does, the same float64 operations in the same order
-    (w * x + (1 - w) * e), so the same bits. A row's first event: a split think token past
+    and the average moves by `smoothing.ewma_update`, compiled (ExitTracker's `ewma_step` is the
+    same function), so the same bits. A row's first event: a split think token past
     min_think_tokens, with an average before it whose every used signal passes its threshold; the
     think token that reaches max_think_tokens; a non-finite signal where ExitTracker.add_signal
     would raise (a committed token's own signal; a draft's the previous draft's, only when the
@@ -104,10 +110,9 @@ def scan_row(code_of, st, s, r, tok, x, valid, p, ev):
                 ev_smoothed[r, i] = e[i]
         if in_think:
             w = a if has_avg else 1.0
-            keep = 1.0 - w
             for i in range(n_sig):
                 xv = x[c, r, i] if finite else 0.0
-                e[i] = keep * e[i] + w * xv
+                e[i] = _ewma_update(e[i], xv, w)
             has_avg = True
         if is_end:
             is_ended = True

@@ -10,8 +10,8 @@ one step's tokens of many requests in one compiled loop (numba, which vLLM itsel
 n-gram drafter): no Python and no per-array-operation overhead per step. (Numpy array operations
 per token column cost ~250 us a step at 256 requests, the loop ~50; `specexit bench hook`.)
 
-The rules are ExitTracker's: the EWMA is `ewma_step`'s float64 operations in the same order (so the
-same bits), the comparison `thresholds.PASS_SIDE`'s. tests/unit/test_batch_tracker.py checks
+The rules are ExitTracker's: the EWMA is `smoothing.ewma_update` compiled (so the same bits), the
+comparison `thresholds.PASS_SIDE`'s. tests/unit/test_batch_tracker.py checks
 decision, index, think tokens, smoothed values and errors against `ExitTracker` over many random
 streams.
 

@@ -10,41 +10,20 @@ plugin load breaks vLLM's CPU worker start).
 
 from __future__ import annotations
 
-import hashlib
-from pathlib import Path
-
 import numpy as np
 from numba import njit
 
 from specexit_core import signals
-from specexit_core.exit import batch_scan
+from specexit_core.compiled_cache import drop_stale_cache
+from specexit_core.exit import batch_scan, smoothing
 from specexit_core.exit.batch_scan import scan_row
 from specexit_core.signals import activate_value
 
 LOST, ATTENTION = 1, 2  # `step_rows` flags per followed request
 
 
-def _drop_stale_cache(cache: Path = Path(__file__).parent / "__pycache__") -> None:
-    """numba keys this file's cached machine code on this file alone, but its loops inline
-    `batch_scan.scan_row` and `signals.activate_value`: when either file changes, this file's cache
-    entries go (rebuilt at first use, ~3 s), so an edit there is never run from a stale cache."""
-    deps = hashlib.sha1(b"".join(Path(m.__file__).read_bytes() for m in (batch_scan, signals))).hexdigest()
-    stamp = cache / f"{Path(__file__).stem}.deps"
-    try:
-        if stamp.read_text() == deps:
-            return
-    except OSError:
-        pass
-    for f in cache.glob(f"{Path(__file__).stem}.*.nb[ic]"):
-        f.unlink(missing_ok=True)
-    try:
-        cache.mkdir(exist_ok=True)
-        stamp.write_text(deps)
-    except OSError:  # a read-only install: numba caches elsewhere, and nothing here changes
-        pass
-
-
-_drop_stale_cache()
+# the loops inline batch_scan's scan (and its EWMA step) and signals.activate_value
+drop_stale_cache(__file__, [batch_scan.__file__, smoothing.__file__, signals.__file__])
 
 
 @njit(cache=True, nogil=True)

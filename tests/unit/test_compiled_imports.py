@@ -34,17 +34,20 @@ def test_the_hooks_first_step_loads_the_compiled_loops():
 
 
 def test_an_edit_of_an_inlined_function_drops_the_loops_cache(tmp_path):
-    """numba keys a file's cache on that file alone; step_kernels inlines batch_scan and signals, so
-    a change there must drop step_kernels' cached loops (a stale one would run the old rule)."""
-    from specexit_core.vllm_plugin.step_kernels import _drop_stale_cache
+    """numba keys a file's cache on that file alone; step_kernels inlines batch_scan, smoothing and
+    signals, so a change there must drop step_kernels' cached loops (a stale one would run the old
+    rule)."""
+    from specexit_core.compiled_cache import drop_stale_cache
 
-    stamp = tmp_path / "step_kernels.deps"
+    dep = tmp_path / "inlined.py"
+    dep.write_text("x = 1\n")
+    kernels = str(tmp_path / "step_kernels.py")
     cached = tmp_path / "step_kernels.step_rows-1.py311.nbi"
     other = tmp_path / "committed_rows.x-1.py311.nbi"
+    drop_stale_cache(kernels, [str(dep)], tmp_path)  # first run: the stamp is written
     cached.write_bytes(b""), other.write_bytes(b"")
-    stamp.write_text("the sources before an edit of batch_scan.py or signals.py")
-    _drop_stale_cache(tmp_path)
-    assert not cached.exists() and other.exists() and stamp.read_text().isalnum()
-    cached.write_bytes(b"")
-    _drop_stale_cache(tmp_path)  # unchanged sources: the cache stays
+    drop_stale_cache(kernels, [str(dep)], tmp_path)  # nothing changed: the cache stays
     assert cached.exists()
+    dep.write_text("x = 2\n")  # an edit of a file the loops inline
+    drop_stale_cache(kernels, [str(dep)], tmp_path)
+    assert not cached.exists() and other.exists()
