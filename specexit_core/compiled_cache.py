@@ -22,9 +22,9 @@ def drop_stale_cache(module_file: str, deps: list[str], cache: Path | None = Non
             return
     except OSError:
         pass
-    for f in cache.glob(f"{stem}.*.nb[ic]"):
-        f.unlink(missing_ok=True)
     try:
+        for f in cache.glob(f"{stem}.*.nb[ic]"):
+            f.unlink(missing_ok=True)
         cache.mkdir(exist_ok=True)
         stamp.write_text(digest)
     except OSError:  # a read-only install: numba caches elsewhere, and nothing here changes
