@@ -35,9 +35,11 @@ def test_every_demo_teacher_has_a_recipe_of_its_own():
 
 @pytest.mark.parametrize("teacher", ["qwen3-like", "r1-llama-like"])
 def test_teacher_quick_is_as_small_as_the_toys(teacher):
+    """CI runs every quick demo: a teacher's is no bigger than the toy's (its model costs more per token)."""
     q, toy = load_demo_config(teacher=teacher, quick=True), load_demo_config(quick=True)
-    keys = ("problems", "train_steps", "calibrate_problems", "serve_requests", "eval_problems", "temperatures")
-    assert {k: getattr(q, k) for k in keys} == {k: getattr(toy, k) for k in keys}
+    for k in ("problems", "train_steps", "calibrate_problems", "serve_requests", "eval_problems"):
+        assert 1 <= getattr(q, k) <= getattr(toy, k), k
+    assert q.temperatures == toy.temperatures
 
 
 def test_r1_llama_like_recipe_mirrors_qwen3_likes():
