@@ -125,3 +125,25 @@ def test_a_cpu_engine_in_bf16_takes_the_torch_rows():
     ex16 = runner.step(batch, aux16, VOCAB)
     state.before_sample(runner, ex16)
     assert state.counters["hook_errors"] == 0 and state.counters["steps"] == 1
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_the_gpu_transfers_layout_decides_the_same(monkeypatch, seed):
+    """On a GPU the rows come back as views of one pinned [R, 5] block (signals a non-contiguous
+    [R, 3] view); the compiled step must decide on them exactly as on the CPU rows."""
+    batch_of = lambda step: ["off1", "a", "off2", "b", "c"] if step % 3 else ["a", "off1", "b", "c"]  # noqa: E731
+    want = _drive(batch_of, 80, seed)
+    orig = SpecExitRunnerState._host_rows
+
+    def as_gpu(self, *args, **kwargs):
+        sig, tok, pos = orig(self, *args, **kwargs)
+        block = np.concatenate([sig, tok[:, None].astype(np.float64), pos[:, None].astype(np.float64)], 1)
+        assert not block[:, :3].flags.c_contiguous
+        return block[:, :3], block[:, 3].astype(np.int64), block[:, 4].astype(np.int64)
+
+    monkeypatch.setattr(SpecExitRunnerState, "_host_rows", as_gpu)
+    got = _drive(batch_of, 80, seed)
+    assert got[2] == want[2]
+    for rid in ("a", "b", "c"):
+        assert got[1][rid].committed == want[1][rid].committed and got[0].reqs[rid].exit == want[0].reqs[rid].exit
+    assert got[0].counters == want[0].counters
