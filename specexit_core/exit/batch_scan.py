@@ -23,15 +23,17 @@ _ewma_update = njit(cache=True, nogil=True)(ewma_update)
 
 @njit(cache=True, nogil=True)
 def scan_rows(code_of, st, slots, tok, x, valid, p, ev):
+    e = np.empty(x.shape[2])  # scan_row's running average, reused row after row
     for r in range(tok.shape[1]):
-        scan_row(code_of, st, slots[r], r, tok, x, valid, p, ev)
+        scan_row(code_of, st, slots[r], r, tok, x, valid, p, ev, e)
 
 
 @njit(cache=True, nogil=True)
-def scan_row(code_of, st, s, r, tok, x, valid, p, ev):
+def scan_row(code_of, st, s, r, tok, x, valid, p, ev, e):
     """`BatchTrackers.scan` of row `r` (slot `s`) of column-major `tok` / `x` / `valid`, column by
     column: ExitTracker's rules on arrays; `st` is `BatchTrackers.state()`, `ev` `new_events`'s
-    arrays. Returns whether the row has an event.
+    arrays, `e` scratch for the running average ([3]: no allocation per row). Returns whether the
+    row has an event.
 
     A column is a think token when valid and neither `<think>`, `</think>` nor after a `</think>`.
     Its weight is alpha (1 for the first think token: it starts the average; 0 for other tokens),
@@ -47,7 +49,6 @@ def scan_row(code_of, st, s, r, tok, x, valid, p, ev):
     width = tok.shape[0]
     n_sig = x.shape[2]
     n_code = code_of.shape[0]
-    e = np.empty(n_sig)
     a = alpha[s]
     mx = max_think[s]
     for i in range(n_sig):

@@ -7,8 +7,8 @@ three signals over the think tokens so far (and whether there is one yet), the t
 whether `</think>` was seen, whether the tracker has decided -- next to the request's own settings
 (alpha, the three thresholds, the signals its method uses, min/max think tokens), and `scan` folds
 one step's tokens of many requests in one compiled loop (numba, which vLLM itself uses for its
-n-gram drafter): no Python and no per-array-operation overhead per step. (Numpy array operations
-per token column cost ~250 us a step at 256 requests, the loop ~50; `specexit bench hook`.)
+n-gram drafter): no Python and no per-array-operation overhead per step (the hook's cost before
+and after: docs/results/bench_hook_cpu.json).
 
 The rules are ExitTracker's: the EWMA is `smoothing.ewma_update` compiled (so the same bits), the
 comparison `thresholds.PASS_SIDE`'s. tests/unit/test_batch_tracker.py checks

@@ -103,6 +103,8 @@ class SpecExitRunnerState:
         self._slots = np.zeros(0, np.int64)
         self._last_drafts: tuple = (None, None, None, 0)
         self._compiled_rows: bool | None = None  # CPU float32 rows: `step_kernels.cpu_rows`
+        self._blocks_key: tuple | None = None  # what `_signal_blocks` was cut from
+        self._blocks: np.ndarray | None = None
         # compiled per-step loops; imported here, at the first step, not at plugin load (numba then
         # breaks vLLM's CPU worker start: exit/batch_scan.py)
         from specexit_core.vllm_plugin import step_kernels
@@ -213,7 +215,7 @@ class SpecExitRunnerState:
             last_input0=np.empty(m, np.int64),
             lost=None,
             tok=np.empty((width, m), np.int64),
-            sig=np.empty((width, m, 3)),
+            sig=np.empty((width, m, len(SIGNALS))),
             valid=np.empty((width, m), np.bool_),
             n_commit=len(self.rows.last_tok),
         )
@@ -300,7 +302,7 @@ class SpecExitRunnerState:
     def _signal_blocks(self, w: torch.Tensor, aux) -> np.ndarray:
         """The signal rows split per aux layer, [layers, 3, hidden] float32 (cached)."""
         key = (w.data_ptr(), len(aux), aux[0].shape[1])
-        if getattr(self, "_blocks_key", None) != key:
+        if self._blocks_key != key:
             self._blocks = np.ascontiguousarray(
                 w.float().numpy().reshape(len(SIGNALS), len(aux), -1).transpose(1, 0, 2)
             )

@@ -112,6 +112,7 @@ def step_rows(code_of, st, rs, slots, first, n_drafts, tok_rows, sig_rows, pos_r
     n_prompt = rs[0]
     gen0, last_gen0, last_input0, tok, sig, valid = out
     n_commit = rs[3].shape[0]
+    e = np.empty(sig.shape[2])  # scan_row's running average, reused request after request
     for m in range(len(slots)):
         s, f, nd = slots[m], first[m], n_drafts[m]
         g0 = pos_rows[f] - n_prompt[s]
@@ -123,7 +124,7 @@ def step_rows(code_of, st, rs, slots, first, n_drafts, tok_rows, sig_rows, pos_r
         was_exited = exited[s]
         event = False
         if not (lost or was_exited):
-            event = scan_row(code_of, st, s, m, tok, sig, valid, n_commit, ev)
+            event = scan_row(code_of, st, s, m, tok, sig, valid, n_commit, ev, e)
         advance_row(rs, s, m, g0, nd, tok, sig)
         if lost:
             flags[m] = LOST | ATTENTION
