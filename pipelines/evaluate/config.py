@@ -55,6 +55,17 @@ class OracleConfig(StrictModel):
     probe_max_tokens: int = Field(16, ge=1)
 
 
+class TargetsConfig(StrictModel):
+    """What the run is judged against (the `targets` block of the summary): per recipe, since each
+    teacher's issue sets its own (the toy: issue #7's; the qwen3-like / r1-llama-like teachers: issue
+    #13's). A `None` bound is not checked."""
+
+    think_vs_oracle_max: float = Field(1.25, gt=0)  # SpecExit's think tokens / the oracle's
+    think_reduction_vs_eagle3_min: float | None = Field(0.50, ge=0, le=1)  # 1 - SpecExit / EAGLE-3 think tokens
+    speedup_vs_eagle3_min: float | None = Field(1.9, gt=0)  # EAGLE-3 latency / SpecExit latency
+    accuracy_drop_max_points: float = Field(1.0, ge=0)  # judged on the paired 95% interval
+
+
 class EvalConfig(StrictModel):
     output: str  # folder: part-*.parquet (one row per problem x temperature x method x setting) + summary.json
     limit: int | None = Field(None, ge=1)  # first N problems
@@ -78,6 +89,7 @@ class EvalConfig(StrictModel):
     # tokens within `accuracy_tolerance` of eagle3 on this run's own problems (marked "chosen_on": "this run").
     budget_chosen: int | None = Field(None, ge=1)
     accuracy_tolerance: float = Field(0.01, ge=0)  # budget "best setting": fewest think tokens within this of eagle3
+    targets: TargetsConfig = Field(default_factory=TargetsConfig)
     deer: DeerConfig = Field(default_factory=DeerConfig)
     dynasor: DynasorConfig = Field(default_factory=DynasorConfig)
     oracle: OracleConfig = Field(default_factory=OracleConfig)

@@ -29,20 +29,13 @@ from pipelines.common.run_identity import (
     refuse_changed_rows,
     write_identity,
 )
-from pipelines.evaluate.config import EvalConfig
+from pipelines.evaluate.config import EvalConfig, TargetsConfig
 from pipelines.evaluate.intervals import accuracy_ci95, paired_diff_ci95, within_points
 from pipelines.evaluate.rules import best_setting
 from specexit_core.typed_config import ConfigError, load_config, read_yaml
 
 log = logging.getLogger("specexit.pipelines.evaluate")
 
-# Targets of issue #7 (on the toy teacher; ratios from one run).
-TARGETS = {
-    "think_vs_oracle_max": 1.25,
-    "think_reduction_vs_eagle3_min": 0.50,
-    "speedup_vs_eagle3_min": 1.9,
-    "accuracy_drop_max_points": 1.0,
-}
 _AGG_COLUMNS = [
     "id",
     "problem_id",
@@ -141,44 +134,38 @@ def _check(value, target, ok: bool, miss: str | None, **kw) -> dict:
     return {"value": value, "target": target, "pass": ok, "miss_by": None if ok else miss, **kw}
 
 
-def target_checks(methods: dict) -> dict:
-    """The issue's targets for one temperature (pass, or by how much they are missed)."""
+def target_checks(methods: dict, targets: TargetsConfig | None = None) -> dict:
+    """The recipe's targets for one temperature (pass, or by how much they are missed)."""
+    tg = targets or TargetsConfig()
     s, e, o = methods.get("specexit"), methods.get("eagle3"), methods.get("oracle")
     out: dict = {}
     if not s or not s.get("n"):
         return out
     if o and o.get("n") and o["think_tokens"] > 0:
-        r = s["think_tokens"] / o["think_tokens"]
-        out["think_within_1.25x_oracle"] = _check(
-            round(r, 3),
-            f"<= {TARGETS['think_vs_oracle_max']}",
-            r <= TARGETS["think_vs_oracle_max"],
-            f"{r / TARGETS['think_vs_oracle_max']:.2f}x over ({r:.2f}x the oracle)",
+        r, mx = s["think_tokens"] / o["think_tokens"], tg.think_vs_oracle_max
+        out[f"think_within_{mx:g}x_oracle"] = _check(
+            round(r, 3), f"<= {mx:g}", r <= mx, f"{r / mx:.2f}x over ({r:.2f}x the oracle)"
         )
     if e and e.get("n"):
         red = 1 - s["think_tokens"] / e["think_tokens"] if e["think_tokens"] else 0.0
-        out["think_reduction_vs_eagle3"] = _check(
-            round(red, 3),
-            f">= {TARGETS['think_reduction_vs_eagle3_min']}",
-            red >= TARGETS["think_reduction_vs_eagle3_min"],
-            f"{100 * (TARGETS['think_reduction_vs_eagle3_min'] - red):.1f} points short",
-        )
+        if tg.think_reduction_vs_eagle3_min is not None:
+            mn = tg.think_reduction_vs_eagle3_min
+            out["think_reduction_vs_eagle3"] = _check(
+                round(red, 3), f">= {mn:g}", red >= mn, f"{100 * (mn - red):.1f} points short"
+            )
         sp = e["latency_s"] / s["latency_s"] if s["latency_s"] else 0.0
-        out["speedup_vs_eagle3"] = _check(
-            round(sp, 3),
-            f">= {TARGETS['speedup_vs_eagle3_min']}",
-            sp >= TARGETS["speedup_vs_eagle3_min"],
-            f"{TARGETS['speedup_vs_eagle3_min'] - sp:.2f}x short ({sp:.2f}x)",
-        )
+        if tg.speedup_vs_eagle3_min is not None:
+            mn = tg.speedup_vs_eagle3_min
+            out["speedup_vs_eagle3"] = _check(round(sp, 3), f">= {mn:g}", sp >= mn, f"{mn - sp:.2f}x short ({sp:.2f}x)")
         drop = 100 * (e["accuracy"] - s["accuracy"])
-        tol = TARGETS["accuracy_drop_max_points"]
+        tol = tg.accuracy_drop_max_points
         diff = s.get("accuracy_vs_eagle3")
         held = within_points(diff, tol)  # judged on the paired interval, not the point estimate
         ok = held if held is not None else drop <= tol + 1e-9
         lo = diff["ci95"][0] if diff else -drop
         out["accuracy_within_1_point_of_eagle3"] = _check(
             round(drop, 2),
-            f"<= {tol} (95% paired bootstrap interval of specexit - eagle3 above -{tol} points)",
+            f"<= {tol:g} (95% paired bootstrap interval of specexit - eagle3 above -{tol:g} points)",
             ok,
             f"the interval reaches {lo:.1f} points",
             ci95_points=None if not diff else [round(x, 2) for x in diff["ci95"]],
@@ -227,6 +214,7 @@ RUN_ONLY_KEYS = frozenset(
         "batch_size",
         "concurrency",
         "accuracy_tolerance",
+        "targets",
         "calibrated",
         "specexit_exit",
         "input.path",
@@ -349,7 +337,7 @@ def run_evaluation(cfg: EvalConfig) -> dict:
         "sweeps": by_t.get(head, {}).get("sweeps", {}),
         "temperature": cfg.temperatures[0],
         "by_temperature": by_t,
-        "targets": {t: target_checks(d["methods"]) for t, d in by_t.items()},
+        "targets": {t: target_checks(d["methods"], cfg.targets) for t, d in by_t.items()},
         "n": len(expected),
         **tally_problems(rows, expected),
         "output": cfg.output,

@@ -171,3 +171,31 @@ def test_eval_config_validation(tmp_path):
 
 def test_pareto_front():
     assert pareto_front([(10, 50), (20, 40), (30, 90), (5, 10), (30, 80)]) == [(5, 10), (10, 50), (30, 90)]
+
+
+def test_targets_come_from_the_recipe():
+    """The targets block is per recipe: the toy's defaults (issue #7) or a teacher's own (issue #13:
+    1.3x the oracle, 1.6x over EAGLE-3, no think-reduction bound), each a checked bound."""
+    from pipelines.evaluate.config import TargetsConfig
+    from specexit_core.typed_config import read_yaml
+
+    m = {
+        "eagle3": {"n": 10, "think_tokens": 100.0, "latency_s": 1.7, "accuracy": 0.9},
+        "specexit": {"n": 10, "think_tokens": 64.0, "latency_s": 1.0, "accuracy": 0.9},
+        "oracle": {"n": 10, "think_tokens": 50.0, "latency_s": 0.5, "accuracy": 0.9},
+    }
+    toy = target_checks(m)  # 1.28x the oracle, 36% fewer tokens, 1.7x faster
+    assert not toy["think_within_1.25x_oracle"]["pass"] and not toy["speedup_vs_eagle3"]["pass"]
+    assert not toy["think_reduction_vs_eagle3"]["pass"]
+    for name in ("qwen3_like", "r1_llama_like"):
+        raw = read_yaml(f"examples/{name}/evaluate.yaml")["targets"]
+        tg = TargetsConfig(**raw)
+        chk = target_checks(m, tg)
+        assert set(chk) == {"think_within_1.3x_oracle", "speedup_vs_eagle3", "accuracy_within_1_point_of_eagle3"}
+        assert all(c["pass"] for c in chk.values())
+        slow = target_checks({**m, "specexit": {**m["specexit"], "latency_s": 1.2}}, tg)["speedup_vs_eagle3"]
+        assert not slow["pass"] and slow["miss_by"].startswith("0.18x short")
+    with pytest.raises(ValueError):
+        TargetsConfig(speedup_vs_eagle3_min=0)
+    with pytest.raises(ValueError):
+        TargetsConfig(unknown=1)
