@@ -136,7 +136,9 @@ def test_calibration_and_evaluation_get_the_demo_sizes(teacher, quick, monkeypat
     assert c.temperatures == e.temperatures == cfg.temperatures == ([0.0] if quick else [0.0, 0.6])
     recipe = read_yaml(cfg.calibrate)
     assert c.peers is (False if (quick and teacher != "toy") else recipe["peers"])
-    assert e.latency_problems == (1 if quick else read_yaml(cfg.evaluate)["latency_problems"])
+    # the demo's size when it sets one (the quick blocks: 1; the teachers' full recipes: 10), else the recipe's
+    want = cfg.eval_latency_problems or read_yaml(cfg.evaluate)["latency_problems"]
+    assert e.latency_problems == want and want == (1 if quick else 30 if teacher == "toy" else 10)
     # quick: one static budget (the toy's calibration adds the one it chooses on dev); else the recipe's sweep
     assert e.budget_sweep == (cfg.quick.eval_budget_sweep if quick else read_yaml(cfg.evaluate)["budget_sweep"])
     assert len(e.budget_sweep) == (1 if quick else 5)
