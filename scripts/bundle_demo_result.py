@@ -1,0 +1,55 @@
+"""Bundle one `specexit demo --teacher NAME --json` run into docs/results/demo_<name>/: its demo.json
+(plus the calibrated file and the targets of the teacher's evaluate recipe, recomputed from the run's
+evaluation summary with `pipelines.evaluate.job.target_checks`, so a run made before the recipe set
+its `targets` block is judged by them too), the report and its pictures (signals.png as a 64-colour
+palette image: a quarter of the size, the same lines).
+
+    python scripts/bundle_demo_result.py WORKDIR TEACHER OUT --command "..." --conditions "..."
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from pathlib import Path
+
+
+def bundle(wd: Path, teacher: str, out: Path, command: str, conditions: str) -> dict:
+    from PIL import Image
+
+    from pipelines.evaluate.config import TargetsConfig
+    from pipelines.evaluate.job import target_checks
+    from specexit_app.demo_config import load_demo_config
+    from specexit_core.typed_config import read_yaml
+
+    d = json.loads((wd / "demo.json").read_text())
+    ev = json.loads((wd / "eval" / "summary.json").read_text())
+    tg = TargetsConfig(**read_yaml(load_demo_config(teacher=teacher).evaluate).get("targets", {}))
+    d["targets_of_the_recipe"] = {t: target_checks(v["methods"], tg) for t, v in ev["by_temperature"].items()}
+    d["calibrated"] = json.loads((wd / "calibrated.json").read_text())
+    d["run"] = {"command": command, "conditions": conditions}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "demo.json").write_text(json.dumps(d, indent=1) + "\n")
+    for f in ("report.md", "pareto.png", "latency.png"):
+        shutil.copy(wd / "report" / f, out / f)
+    Image.open(wd / "report" / "signals.png").convert("RGB").quantize(64).save(out / "signals.png", optimize=True)
+    return d["targets_of_the_recipe"]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("workdir", type=Path)
+    ap.add_argument("teacher")
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--command", required=True, help="the demo's command line, as run")
+    ap.add_argument("--conditions", required=True, help="when, and what else the machine ran")
+    a = ap.parse_args()
+    for t, checks in bundle(a.workdir, a.teacher, a.out, a.command, a.conditions).items():
+        print(
+            f"T = {t}: " + ", ".join(f"{k} {'pass' if c['pass'] else 'MISS'} ({c['value']})" for k, c in checks.items())
+        )
+
+
+if __name__ == "__main__":
+    main()
