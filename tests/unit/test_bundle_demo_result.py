@@ -1,0 +1,52 @@
+"""scripts/bundle_demo_result.py: a demo work folder -> docs/results/demo_<teacher>/, judged by the
+teacher's own evaluate recipe's targets (issue #13's for the realistic teachers), whatever targets
+the run itself printed."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+from PIL import Image
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bundle_demo_result.py"
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("bundle_demo_result", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _m(acc, think, lat):
+    return {"n": 10, "accuracy": acc, "think_tokens": think, "latency_s": lat}
+
+
+def test_bundle_judges_by_the_teachers_recipe(tmp_path):
+    wd = tmp_path / "run"
+    (wd / "eval").mkdir(parents=True)
+    (wd / "report").mkdir()
+    methods = {"eagle3": _m(0.9, 160.0, 1.7), "specexit": _m(0.9, 76.0, 1.0), "oracle": _m(0.9, 60.0, 0.9)}
+    (wd / "demo.json").write_text(json.dumps({"teacher": "qwen3-like", "targets": {"0": {"printed": "by the run"}}}))
+    (wd / "eval" / "summary.json").write_text(json.dumps({"by_temperature": {"0": {"methods": methods}}}))
+    (wd / "calibrated.json").write_text(json.dumps({"exit": {"method": "confidence"}}))
+    (wd / "report" / "report.md").write_text("# report\n")
+    for png in ("pareto.png", "latency.png", "signals.png"):
+        Image.new("RGBA", (40, 30), (200, 30, 30, 255)).save(wd / "report" / png)
+    out = tmp_path / "bundle"
+    checks = _load().bundle(wd, "qwen3-like", out, "specexit demo --teacher qwen3-like --json", "a test")["0"]
+    # 76 / 60 = 1.27x the oracle: within issue #13's 1.3x, not the toy's 1.25x; 1.7x faster:
+    # issue #13's 1.6 passes where the toy's 1.9 would not; no think-reduction bound for this teacher
+    assert checks["think_within_1.3x_oracle"]["pass"] and checks["speedup_vs_eagle3"]["pass"]
+    assert "think_reduction_vs_eagle3" not in checks
+    d = json.loads((out / "demo.json").read_text())
+    assert d["targets"] == {"0": {"printed": "by the run"}}  # what the run printed stays as it was
+    assert d["calibrated"]["exit"]["method"] == "confidence" and d["run"]["conditions"] == "a test"
+    assert sorted(p.name for p in out.iterdir()) == [
+        "demo.json",
+        "latency.png",
+        "pareto.png",
+        "report.md",
+        "signals.png",
+    ]
+    assert Image.open(out / "signals.png").mode == "P"  # the palette copy
