@@ -105,6 +105,35 @@ def kv_host_row(name: str, m: dict) -> list[str]:
     ]
 
 
+def teacher_row(name: str, run: tuple[dict, str]) -> list[str]:
+    """A row of README's realistic-teachers table (`teacher, T`), from docs/results/demo_<teacher>/demo.json:
+    the figures at temperature T and the verdicts of the recipe's targets (`targets_of_the_recipe`)."""
+    d, t = run
+    m, chk = d["by_temperature"][t], d["targets_of_the_recipe"][t]
+    e, s, o = m["eagle3"], m["specexit"], m["oracle"]
+    vs, acc = s["accuracy_vs_eagle3"], chk["accuracy_within_1_point_of_eagle3"]
+    (near,) = [c for k, c in chk.items() if k.startswith("think_within_")]
+    sp = chk["speedup_vs_eagle3"]
+    miss = float(sp["target"].split()[-1]) - sp["value"]
+    return [
+        f"{100 * e['accuracy']:.0f}% / {100 * s['accuracy']:.0f}%",
+        f"{vs['points']:+.1f} {_ci(vs['ci95'], 1.0)}" + (" ✓" if acc["pass"] else " (not established)"),
+        f"{e['think_tokens']:.0f} / {s['think_tokens']:.0f} / {o['think_tokens']:.0f}",
+        f"{near['value']:.2f}x ✓" if near["pass"] else f"**{near['value']:.2f}x (missed)**",
+        f"{sp['value']:.2f}x ✓" if sp["pass"] else f"**{sp['value']:.2f}x (missed by {miss:.2f})**",
+        f"{d['seconds'] / 60:.0f} min" if t == next(iter(d["by_temperature"])) else "",
+    ]
+
+
+def _teacher_runs() -> dict:
+    """`qwen3-like, 0` -> (that teacher's demo.json, "0"): every temperature of every bundled run."""
+    out = {}
+    for f in sorted(RESULTS.glob("demo_*/demo.json")):
+        d = _load(f"{f.parent.name}/demo.json")
+        out.update({f"{d['teacher']}, {t}": (d, t) for t in d["by_temperature"]})
+    return out
+
+
 def _load(name: str) -> dict:
     d = json.loads((RESULTS / name).read_text())
     missing = [k for k in PROVENANCE if not d.get(k)]
@@ -131,6 +160,8 @@ def _backing(header: list[str]):
         return _load("bench_vllm_toy_cpu.json")["methods"], bench_row
     if h.startswith("toy, same waves with a host tier"):
         return _load("kv_toy_cpu.json")["pressure_host_tier"], kv_host_row
+    if h == "teacher, T":
+        return _teacher_runs(), teacher_row
     if h.startswith("toy, KV pool"):
         return _load("kv_toy_cpu.json")["pressure"], kv_row
     return None
