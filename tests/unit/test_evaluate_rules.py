@@ -177,6 +177,7 @@ def test_targets_come_from_the_recipe():
     """The targets block is per recipe: the toy's defaults (issue #7) or a teacher's own (issue #13:
     1.3x the oracle, 1.6x over EAGLE-3, no think-reduction bound), each a checked bound."""
     from pipelines.evaluate.config import TargetsConfig
+    from specexit_app.demo_config import load_demo_config
     from specexit_core.typed_config import read_yaml
 
     m = {
@@ -187,8 +188,8 @@ def test_targets_come_from_the_recipe():
     toy = target_checks(m)  # 1.28x the oracle, 36% fewer tokens, 1.7x faster
     assert not toy["think_within_1.25x_oracle"]["pass"] and not toy["speedup_vs_eagle3"]["pass"]
     assert not toy["think_reduction_vs_eagle3"]["pass"]
-    for name in ("qwen3_like", "r1_llama_like"):
-        raw = read_yaml(f"examples/{name}/evaluate.yaml")["targets"]
+    for name in ("qwen3-like", "r1-llama-like"):  # the recipe each teacher's demo evaluates with
+        raw = read_yaml(load_demo_config(teacher=name).evaluate)["targets"]
         tg = TargetsConfig(**raw)
         chk = target_checks(m, tg)
         assert set(chk) == {"think_within_1.3x_oracle", "speedup_vs_eagle3", "accuracy_within_1_point_of_eagle3"}
