@@ -95,3 +95,79 @@ def toy_llm_kwargs(model_dir: str, **overrides) -> dict:
     )
     kw.update(overrides)
     return kw
+
+
+# -- one core set per engine ---------------------------------------------------------------------
+# Two CPU engines bound to the same cores slow each other far more than 2x (libgomp's threads spin at
+# their barriers; docs/cpu-stack.md, "Two engines on two cores"); bound to disjoint cores each runs at
+# its alone speed. A job with several engine actors on one machine therefore splits its binding into
+# one core set per actor, and each actor claims a free set with a lock file that it holds for its
+# lifetime (the kernel drops the lock when the process dies, so a crashed actor frees its cores).
+CORE_SLOTS_DIR = "specexit-core-slots"  # under the temp dir: machine-wide, shared by every job
+
+
+def parse_cores(bind: str) -> list[int]:
+    """The cores of one binding: '0-3' -> [0, 1, 2, 3], '5,2-4' -> [5, 2, 3, 4] (vLLM's syntax for one rank)."""
+    if "|" in bind:
+        raise ValueError(f"{THREADS_BIND_ENV}={bind!r} binds several ranks; a core set is one rank's")
+    cores: list[int] = []
+    for part in bind.split(","):
+        lo, _, hi = part.strip().partition("-")
+        cores += list(range(int(lo), int(hi) + 1)) if hi else [int(lo)]
+    if not cores or len(set(cores)) != len(cores):
+        raise ValueError(f"not a core list: {bind!r}")
+    return cores
+
+
+def split_cores(bind: str, n: int) -> list[str]:
+    """`bind` cut into min(n, cores) disjoint, contiguous core sets, as bindings: ('0-1', 2) -> ['0', '1']."""
+    cores = parse_cores(bind)
+    k = max(1, min(n, len(cores)))
+    size, extra = divmod(len(cores), k)
+    sets, i = [], 0
+    for j in range(k):
+        m = size + (j < extra)
+        sets.append(",".join(str(c) for c in cores[i : i + m]))
+        i += m
+    return sets
+
+
+def engine_actor_count(requested: int, bind: str) -> int:
+    """How many CPU engine actors a job runs: at most one per core of its binding (two engines on one
+    core would only slow each other)."""
+    return max(1, min(requested, len(parse_cores(bind))))
+
+
+def claim_core_set(bind: str, n: int, lock_dir: str | None = None):
+    """For one of `n` engine actors sharing `bind`: the first free core set of `split_cores(bind, n)`,
+    as (binding, lock handle); keep the handle open while the engine lives. With no free set (another
+    job holds them all) the set is chosen by process id, unlocked: correct, only slower."""
+    import fcntl
+    import tempfile
+
+    sets = split_cores(bind, n)
+    if len(sets) == 1:
+        return sets[0], None
+    d = os.path.join(lock_dir or tempfile.gettempdir(), CORE_SLOTS_DIR)
+    os.makedirs(d, exist_ok=True)
+    for s in sets:
+        f = open(os.path.join(d, f"cores-{s.replace(',', '_')}.lock"), "a")  # noqa: SIM115 -- held while the actor lives
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            f.close()
+            continue
+        return s, f
+    return sets[os.getpid() % len(sets)], None
+
+
+def bind_this_process(bind: str) -> None:
+    """Pin what this process runs next to `bind`: its vLLM engines (set before they start) and torch's
+    own intra-op threads (a transformers model beside the engine)."""
+    os.environ[THREADS_BIND_ENV] = bind
+    try:
+        import torch
+
+        torch.set_num_threads(len(parse_cores(bind)))
+    except ImportError:
+        pass

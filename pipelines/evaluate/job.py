@@ -14,7 +14,7 @@ import logging
 import statistics
 import sys
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from pathlib import Path
 
 from pipelines.common.config import StageBase
@@ -33,6 +33,7 @@ from pipelines.evaluate.config import EvalConfig, TargetsConfig
 from pipelines.evaluate.intervals import accuracy_ci95, paired_diff_ci95, within_points
 from pipelines.evaluate.rules import best_setting
 from specexit_core.typed_config import ConfigError, load_config, read_yaml
+from specexit_core.vllm_env import THREADS_BIND_ENV, engine_actor_count
 
 log = logging.getLogger("specexit.pipelines.evaluate")
 
@@ -270,6 +271,34 @@ def timed_ids(problems: list[dict], latency_problems: int | None) -> set:
     return {p["id"] for p in problems[:n]}
 
 
+def spread_timed(rows: list[dict]) -> list[dict]:
+    """`rows` reordered so the timed ones (each several times an untimed problem's work: every method
+    one request at a time) are evenly spaced: every batch, and so every engine actor, gets its share."""
+    timed = [r for r in rows if r["timed"]]
+    rest = deque(r for r in rows if not r["timed"])
+    if not timed or not rest:
+        return list(rows)
+    step = len(rows) / len(timed)
+    out: list[dict] = []
+    k = 0  # timed rows placed so far; the k-th goes at position k * step
+    for pos in range(len(rows)):
+        if k < len(timed) and (pos >= k * step or not rest):
+            out.append(timed[k])
+            k += 1
+        else:
+            out.append(rest.popleft())
+    return out
+
+
+def actor_plan(cfg: EvalConfig, env: dict, gpu: bool, n_todo: int) -> tuple[int, int]:
+    """(engine actors, problems per batch). On CPU at most one actor per core of the binding (each
+    claims its own cores: `EvalWorker`); batches no larger than an even share of the work, so that
+    every actor has some."""
+    bind = None if gpu else env.get(THREADS_BIND_ENV)
+    actors = engine_actor_count(cfg.concurrency, bind) if bind else cfg.concurrency
+    return actors, max(1, min(cfg.batch_size, -(-n_todo // actors)))
+
+
 def run_evaluation(cfg: EvalConfig) -> dict:
     """Run (or resume) the evaluation; returns the summary (also written to `<output>/summary.json`)."""
     t0 = time.time()
@@ -308,12 +337,14 @@ def run_evaluation(cfg: EvalConfig) -> dict:
         env = engine_env(cfg.engine, gpu)
         res = {"num_gpus": cfg.engine.tensor_parallel_size} if gpu else {"num_cpus": 1}
         timed = timed_ids(problems, cfg.latency_problems)
-        ds = ray.data.from_items([{**p, "timed": p["id"] in timed} for p in todo])
+        actors, batch = actor_plan(cfg, env, gpu, len(todo))
+        log.info("evaluate: %d engine actor(s), %d problems per batch", actors, batch)
+        ds = ray.data.from_items(spread_timed([{**p, "timed": p["id"] in timed} for p in todo]))
         ds = ds.map_batches(
             EvalWorker,
-            fn_constructor_kwargs={"cfg_json": cfg.model_dump_json(), "env": env},
-            concurrency=cfg.concurrency,
-            batch_size=cfg.batch_size,
+            fn_constructor_kwargs={"cfg_json": cfg.model_dump_json(), "env": env, "actors": actors},
+            concurrency=actors,
+            batch_size=batch,
             batch_format="pyarrow",
             runtime_env={"env_vars": env},
             **res,

@@ -44,6 +44,7 @@ from pipelines.evaluate.methods import (
     timed,
 )
 from pipelines.evaluate.order import method_order
+from specexit_core.vllm_env import THREADS_BIND_ENV, bind_this_process, claim_core_set
 
 _ids = pa.list_(pa.int32())
 _f32 = pa.list_(pa.float32())
@@ -103,8 +104,13 @@ def error_row(
 
 
 class EvalWorker:
-    def __init__(self, *, cfg_json: str, env: dict):
+    def __init__(self, *, cfg_json: str, env: dict, actors: int = 1):
         os.environ.update(env)  # before vLLM is imported in this process
+        self._cores = None
+        if actors > 1 and THREADS_BIND_ENV in env:  # CPU: this actor's own share of the cores
+            bind, self._cores = claim_core_set(env[THREADS_BIND_ENV], actors)
+            bind_this_process(bind)
+            print(f"[evaluate] engine actor bound to cores {bind} (one of {actors})", flush=True)
         from vllm import LLM
 
         from pipelines.common.tokens import token_ids
@@ -265,7 +271,9 @@ class EvalWorker:
                     )
                     for row, _ in problems
                 ]
+                t0 = time.perf_counter()
                 res = batched(gen, self.ids, prompts, [self._opened(p) for p in prompts], params)
+                self._took(m + (f"/{setting}" if setting else ""), temp, len(problems), t0)
             except Exception:  # noqa: BLE001 -- the per-problem path runs it again and records the error
                 traceback.print_exc()
                 continue
@@ -282,7 +290,9 @@ class EvalWorker:
                     dict(max_tokens=self.cfg.max_tokens, temperature=temp, seed=self._seed(row["id"], temp))
                     for row, _ in problems
                 ]
+                t0 = time.perf_counter()
                 res = drive_lockstep(self.spec, [self._peer(m, p, c, decode) for (_, p), c in zip(problems, common)])
+                self._took(m, temp, len(problems), t0)
             except Exception:  # noqa: BLE001 -- the per-problem path runs it again and records the error
                 traceback.print_exc()
                 continue
@@ -304,7 +314,9 @@ class EvalWorker:
                     )
                     for row, p in problems
                 ]
+                t0 = time.perf_counter()
                 res = drive_lockstep(self.spec, methods)
+                self._took("oracle", temp, len(problems), t0)
             except Exception:  # noqa: BLE001 -- the per-problem path runs it again and records the error
                 traceback.print_exc()
             else:
@@ -313,6 +325,11 @@ class EvalWorker:
                     r.info["batched"] = True
                     out[row["id"]][("oracle", "")] = r
         return out
+
+    @staticmethod
+    def _took(what: str, temp: float, n: int, t0: float, how: str = "batched") -> None:
+        """One log line per batched method or timed problem: where an evaluation's time goes."""
+        print(f"[evaluate] T={temp:g} {what}: {n} problem(s) {how} in {time.perf_counter() - t0:.1f}s", flush=True)
 
     def _methods(
         self, pid: str, row: dict, prompt: list[int], ref: str, temp: float, pre: dict | None = None, timed_here=True
@@ -470,7 +487,10 @@ class EvalWorker:
         for i, (r, prompt, ref) in enumerate(todo):
             timed_here = r.get("timed", True)
             for t in self.cfg.temperatures:
+                t1 = time.perf_counter()
                 rows += self._methods(r["id"], r, prompt, ref, t, pre[t].get(r["id"]), timed_here=timed_here)
+                if timed_here:
+                    self._took(r["id"], t, 1, t1, how="timed, every method one request at a time,")
             if (i + 1) % 10 == 0:
                 print(
                     f"[evaluate] {i + 1}/{batch.num_rows} problems of this batch ({time.time() - t0:.0f}s)", flush=True

@@ -7,6 +7,7 @@ import json
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from pipelines.evaluate.config import EvalConfig
 from pipelines.evaluate.methods import Ids, Out
@@ -123,3 +124,26 @@ def test_timed_subset_none_all_or_first_n():
     assert timed_ids(problems, None) == {f"p{i}" for i in range(5)}
     assert timed_ids(problems, 2) == {"p0", "p1"}
     assert timed_ids(problems, 0) == set()  # calibration's dev run: every problem batched
+
+
+@pytest.mark.parametrize("n,n_timed", [(100, 10), (40, 0), (7, 7), (5, 2), (4, 3)])
+def test_timed_problems_are_spread_evenly_through_the_batches(n, n_timed):
+    from pipelines.evaluate.job import spread_timed
+
+    rows = [{"id": i, "timed": i < n_timed} for i in range(n)]
+    out = spread_timed(rows)
+    assert sorted(r["id"] for r in out) == list(range(n))  # every problem once
+    pos = [i for i, r in enumerate(out) if r["timed"]]
+    assert [out[i]["id"] for i in pos] == list(range(n_timed))  # the timed ones keep their order
+    if n == 100:  # batches of 25 on two actors: each batch holds its share of the timed work
+        assert [sum(1 for i in pos if b * 25 <= i < (b + 1) * 25) for b in range(4)] in ([3, 2, 3, 2], [3, 3, 2, 2])
+
+
+def test_actor_plan_one_actor_per_core_and_even_batches():
+    from pipelines.evaluate.config import EvalConfig
+    from pipelines.evaluate.job import actor_plan
+
+    cfg = EvalConfig(output="unused", engine={"model": str(TEACHER_DIR)}, draft="unused", concurrency=2, batch_size=30)
+    assert actor_plan(cfg, {"VLLM_CPU_OMP_THREADS_BIND": "0-1"}, False, 40) == (2, 20)  # 30 + 10 would idle one
+    assert actor_plan(cfg, {"VLLM_CPU_OMP_THREADS_BIND": "0"}, False, 40) == (1, 30)  # one core: one engine
+    assert actor_plan(cfg, {}, True, 100) == (2, 30)  # GPUs: as configured

@@ -1,11 +1,20 @@
 """specexit_core.vllm_env's process-layout rule for the async engine (Serve replicas, the benches'
-direct path): the engine core runs the model itself on CPU at one rank, and only there."""
+direct path): the engine core runs the model itself on CPU at one rank, and only there; and the core
+sets of several engine actors on one machine."""
 
+import subprocess
+import sys
 from types import SimpleNamespace
 
 import pytest
 
-from specexit_core.vllm_env import run_model_in_engine_core
+from specexit_core.vllm_env import (
+    claim_core_set,
+    engine_actor_count,
+    parse_cores,
+    run_model_in_engine_core,
+    split_cores,
+)
 
 
 def _cfg(device: str, world_size: int, backend: str) -> SimpleNamespace:
@@ -29,3 +38,55 @@ def test_everything_else_is_left_as_it_is(device, world_size, backend):
     cfg = _cfg(device, world_size, backend)
     assert run_model_in_engine_core(cfg) is False
     assert cfg.parallel_config.distributed_executor_backend == backend
+
+
+@pytest.mark.parametrize("bind,cores", [("0", [0]), ("0-3", [0, 1, 2, 3]), ("5,2-4", [5, 2, 3, 4]), (" 1 , 3", [1, 3])])
+def test_parse_cores_reads_vllms_syntax(bind, cores):
+    assert parse_cores(bind) == cores
+
+
+@pytest.mark.parametrize("bind", ["", "0|1", "1,1", "a"])
+def test_parse_cores_refuses_what_is_not_one_core_list(bind):
+    with pytest.raises(ValueError):
+        parse_cores(bind)
+
+
+@pytest.mark.parametrize(
+    "bind,n,sets",
+    [
+        ("0-1", 2, ["0", "1"]),
+        ("0-1", 1, ["0,1"]),
+        ("0", 2, ["0"]),  # never two engines on one core
+        ("0-4", 2, ["0,1,2", "3,4"]),
+        ("0-7", 3, ["0,1,2", "3,4,5", "6,7"]),
+    ],
+)
+def test_split_cores_gives_disjoint_sets_covering_the_binding(bind, n, sets):
+    got = split_cores(bind, n)
+    assert got == sets
+    assert sorted(c for s in got for c in parse_cores(s)) == sorted(parse_cores(bind))
+    assert engine_actor_count(n, bind) == len(sets)
+
+
+_CLAIM = """
+import sys, time
+from specexit_core.vllm_env import claim_core_set
+bind, handle = claim_core_set("0-1", 2, lock_dir=sys.argv[1])
+print(bind, flush=True)
+time.sleep(30)
+"""
+
+
+def test_claims_are_distinct_while_held_and_freed_when_the_holder_dies(tmp_path):
+    first, h = claim_core_set("0-1", 2, lock_dir=str(tmp_path))
+    other = subprocess.Popen([sys.executable, "-c", _CLAIM, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        second = other.stdout.readline().strip()
+        assert {first, second} == {"0", "1"}  # another process gets the other core
+    finally:
+        other.kill()
+        other.wait()
+    h.close()  # both freed: the next claim gets the first set again
+    again, h2 = claim_core_set("0-1", 2, lock_dir=str(tmp_path))
+    assert again == "0" and h2 is not None
+    h2.close()
