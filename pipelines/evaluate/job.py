@@ -339,11 +339,16 @@ def run_evaluation(cfg: EvalConfig) -> dict:
         timed = timed_ids(problems, cfg.latency_problems)
         actors, batch = actor_plan(cfg, env, gpu, len(todo))
         log.info("evaluate: %d engine actor(s), %d problems per batch", actors, batch)
-        ds = ray.data.from_items(spread_timed([{**p, "timed": p["id"] in timed} for p in todo]))
+        # one block per batch, and one batch at a time per actor: otherwise the first actor to start
+        # takes several batches (a block of them, or a queue) while the others sit idle
+        ds = ray.data.from_items(
+            spread_timed([{**p, "timed": p["id"] in timed} for p in todo]),
+            override_num_blocks=-(-len(todo) // batch),
+        )
         ds = ds.map_batches(
             EvalWorker,
             fn_constructor_kwargs={"cfg_json": cfg.model_dump_json(), "env": env, "actors": actors},
-            concurrency=actors,
+            compute=ray.data.ActorPoolStrategy(size=actors, max_tasks_in_flight_per_actor=1),
             batch_size=batch,
             batch_format="pyarrow",
             runtime_env={"env_vars": env},
