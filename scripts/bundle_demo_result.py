@@ -4,7 +4,9 @@ evaluation summary with `pipelines.evaluate.job.target_checks`, so a run made be
 its `targets` block is judged by them too), the report and its pictures (signals.png as a 64-colour
 palette image: a quarter of the size, the same lines).
 
-    python scripts/bundle_demo_result.py WORKDIR TEACHER OUT --command "..." --conditions "..."
+    python scripts/bundle_demo_result.py WORKDIR TEACHER OUT --command "..." --conditions "..." [--label "run 2"]
+
+`--label` names a further run of the same teacher (README's table row `TEACHER LABEL, T`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import shutil
 from pathlib import Path
 
 
-def bundle(wd: Path, teacher: str, out: Path, command: str, conditions: str) -> dict:
+def bundle(wd: Path, teacher: str, out: Path, command: str, conditions: str, label: str | None = None) -> dict:
     from PIL import Image
 
     from pipelines.evaluate.config import TargetsConfig
@@ -28,7 +30,7 @@ def bundle(wd: Path, teacher: str, out: Path, command: str, conditions: str) -> 
     tg = TargetsConfig(**read_yaml(load_demo_config(teacher=teacher).evaluate).get("targets", {}))
     d["targets_of_the_recipe"] = {t: target_checks(v["methods"], tg) for t, v in ev["by_temperature"].items()}
     d["calibrated"] = json.loads((wd / "calibrated.json").read_text())
-    d["run"] = {"command": command, "conditions": conditions}
+    d["run"] = {"command": command, "conditions": conditions, **({"label": label} if label else {})}
     out.mkdir(parents=True, exist_ok=True)
     (out / "demo.json").write_text(json.dumps(d, indent=1) + "\n")
     for f in ("report.md", "pareto.png", "latency.png"):
@@ -44,8 +46,9 @@ def main() -> None:
     ap.add_argument("out", type=Path)
     ap.add_argument("--command", required=True, help="the demo's command line, as run")
     ap.add_argument("--conditions", required=True, help="when, and what else the machine ran")
+    ap.add_argument("--label", help="a further run of the same teacher, e.g. 'run 2'")
     a = ap.parse_args()
-    for t, checks in bundle(a.workdir, a.teacher, a.out, a.command, a.conditions).items():
+    for t, checks in bundle(a.workdir, a.teacher, a.out, a.command, a.conditions, a.label).items():
         print(
             f"T = {t}: " + ", ".join(f"{k} {'pass' if c['pass'] else 'MISS'} ({c['value']})" for k, c in checks.items())
         )

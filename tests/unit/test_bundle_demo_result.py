@@ -50,3 +50,5 @@ def test_bundle_judges_by_the_teachers_recipe(tmp_path):
         "signals.png",
     ]
     assert Image.open(out / "signals.png").mode == "P"  # the palette copy
+    _load().bundle(wd, "qwen3-like", out, "specexit demo --teacher qwen3-like --json", "a test", label="run 2")
+    assert json.loads((out / "demo.json").read_text())["run"]["label"] == "run 2"

@@ -126,11 +126,15 @@ def teacher_row(name: str, run: tuple[dict, str]) -> list[str]:
 
 
 def _teacher_runs() -> dict:
-    """`qwen3-like, 0` -> (that teacher's demo.json, "0"): every temperature of every bundled run."""
+    """`qwen3-like, 0` -> (that teacher's demo.json, "0"): every temperature of every bundled run; a
+    further run of a teacher is `qwen3-like run 2, 0` (its bundle's `run.label`)."""
     out = {}
     for f in sorted(RESULTS.glob("demo_*/demo.json")):
         d = _load(f"{f.parent.name}/demo.json")
-        out.update({f"{d['teacher']}, {t}": (d, t) for t in d["by_temperature"]})
+        label = d.get("run", {}).get("label")
+        name = f"{d['teacher']} {label}" if label else d["teacher"]
+        assert not any(k.startswith(name + ",") for k in out), f"two bundled runs are both {name!r}"
+        out.update({f"{name}, {t}": (d, t) for t in d["by_temperature"]})
     return out
 
 
