@@ -299,6 +299,23 @@ def actor_plan(cfg: EvalConfig, env: dict, gpu: bool, n_todo: int) -> tuple[int,
     return actors, max(1, min(cfg.batch_size, -(-n_todo // actors)))
 
 
+def map_over_actors(rows: list[dict], worker, ctor_kwargs: dict, *, actors: int, batch: int, **remote_args):
+    """`rows` through a pool of `actors` instances of `worker`, `batch` rows per call, as a Ray dataset.
+    One block per batch and one batch at a time per actor: otherwise the first actor to start takes
+    several batches (a block holding them, or a queue) while the others sit idle."""
+    import ray
+
+    ds = ray.data.from_items(rows, override_num_blocks=max(1, -(-len(rows) // batch)))
+    return ds.map_batches(
+        worker,
+        fn_constructor_kwargs=ctor_kwargs,
+        compute=ray.data.ActorPoolStrategy(size=actors, max_tasks_in_flight_per_actor=1),
+        batch_size=batch,
+        batch_format="pyarrow",
+        **remote_args,
+    )
+
+
 def run_evaluation(cfg: EvalConfig) -> dict:
     """Run (or resume) the evaluation; returns the summary (also written to `<output>/summary.json`)."""
     t0 = time.time()
@@ -308,7 +325,6 @@ def run_evaluation(cfg: EvalConfig) -> dict:
 
     ident = check_run_identity(cfg)  # before Ray starts: a refusal costs nothing
     init_ray(cfg.ray)
-    import ray
 
     gpu = use_gpu(cfg.engine.accelerator)
     problems = read_prompts(cfg.input, cfg.limit)
@@ -339,18 +355,12 @@ def run_evaluation(cfg: EvalConfig) -> dict:
         timed = timed_ids(problems, cfg.latency_problems)
         actors, batch = actor_plan(cfg, env, gpu, len(todo))
         log.info("evaluate: %d engine actor(s), %d problems per batch", actors, batch)
-        # one block per batch, and one batch at a time per actor: otherwise the first actor to start
-        # takes several batches (a block of them, or a queue) while the others sit idle
-        ds = ray.data.from_items(
+        ds = map_over_actors(
             spread_timed([{**p, "timed": p["id"] in timed} for p in todo]),
-            override_num_blocks=-(-len(todo) // batch),
-        )
-        ds = ds.map_batches(
             EvalWorker,
-            fn_constructor_kwargs={"cfg_json": cfg.model_dump_json(), "env": env, "actors": actors},
-            compute=ray.data.ActorPoolStrategy(size=actors, max_tasks_in_flight_per_actor=1),
-            batch_size=batch,
-            batch_format="pyarrow",
+            {"cfg_json": cfg.model_dump_json(), "env": env, "actors": actors},
+            actors=actors,
+            batch=batch,
             runtime_env={"env_vars": env},
             **res,
         )
