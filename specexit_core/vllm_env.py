@@ -132,10 +132,19 @@ def split_cores(bind: str, n: int) -> list[str]:
     return sets
 
 
+def _core_list(bind: str) -> list[int] | None:
+    """The cores of a one-rank binding, or None for one this module does not split ('auto', 'nobind', '0|1')."""
+    try:
+        return parse_cores(bind)
+    except ValueError:
+        return None
+
+
 def engine_actor_count(requested: int, bind: str) -> int:
     """How many CPU engine actors a job runs: at most one per core of its binding (two engines on one
-    core would only slow each other)."""
-    return max(1, min(requested, len(parse_cores(bind))))
+    core would only slow each other); a binding that is not one core list is left to the user."""
+    cores = _core_list(bind)
+    return requested if cores is None else max(1, min(requested, len(cores)))
 
 
 def claim_core_set(bind: str, n: int, lock_dir: str | None = None):
@@ -145,6 +154,8 @@ def claim_core_set(bind: str, n: int, lock_dir: str | None = None):
     import fcntl
     import tempfile
 
+    if _core_list(bind) is None:  # not ours to split: every actor keeps the user's binding
+        return bind, None
     sets = split_cores(bind, n)
     if len(sets) == 1:
         return sets[0], None
@@ -165,9 +176,12 @@ def bind_this_process(bind: str) -> None:
     """Pin what this process runs next to `bind`: its vLLM engines (set before they start) and torch's
     own intra-op threads (a transformers model beside the engine)."""
     os.environ[THREADS_BIND_ENV] = bind
+    cores = _core_list(bind)
+    if cores is None:  # 'auto' / 'nobind': vLLM decides, torch keeps its default
+        return
     try:
         import torch
 
-        torch.set_num_threads(len(parse_cores(bind)))
+        torch.set_num_threads(len(cores))
     except ImportError:
         pass

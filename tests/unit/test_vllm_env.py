@@ -2,6 +2,7 @@
 direct path): the engine core runs the model itself on CPU at one rank, and only there; and the core
 sets of several engine actors on one machine."""
 
+import os
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -90,3 +91,25 @@ def test_claims_are_distinct_while_held_and_freed_when_the_holder_dies(tmp_path)
     again, h2 = claim_core_set("0-1", 2, lock_dir=str(tmp_path))
     assert again == "0" and h2 is not None
     h2.close()
+
+
+@pytest.mark.parametrize("bind", ["auto", "nobind", "0|1"])
+def test_a_binding_that_is_not_one_core_list_is_left_as_it_is(bind, tmp_path):
+    assert engine_actor_count(1, bind) == 1 and engine_actor_count(2, bind) == 2
+    assert claim_core_set(bind, 2, lock_dir=str(tmp_path)) == (bind, None)
+
+
+def test_bind_this_process_pins_the_engines_and_torch(monkeypatch):
+    import torch
+
+    from specexit_core.vllm_env import THREADS_BIND_ENV, bind_this_process
+
+    monkeypatch.setenv(THREADS_BIND_ENV, "0-1")
+    before = torch.get_num_threads()
+    try:
+        bind_this_process("0")
+        assert os.environ[THREADS_BIND_ENV] == "0" and torch.get_num_threads() == 1
+        bind_this_process("auto")  # left to vLLM: torch untouched
+        assert os.environ[THREADS_BIND_ENV] == "auto" and torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
