@@ -1,0 +1,37 @@
+"""scripts/eval_time_by_method.py and scripts/summarise_pyspy.py: the summaries behind the evaluation-time
+and engine-step figures in docs/ (raw JSON in docs/results/)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_eval_time_sums_per_method_and_temperature():
+    lines = [
+        "\x1b[36m(MapWorker pid=1)\x1b[0m [evaluate] T=0 budget/64: 22 problem(s) batched in 10.0s",
+        "\x1b[36m(MapWorker pid=2)\x1b[0m [evaluate] T=0 budget/128: 23 problem(s) batched in 20.0s",
+        "[evaluate] T=0.6 eagle3: 22 problem(s) batched in 30.0s",
+        "[evaluate] T=0 toy-test-1: 1 problem(s) timed, every method one request at a time, in 40.0s",
+        "[evaluate] 22 untimed problems batched in 99.0s",  # a batch total: not a method line
+    ]
+    out = _load("eval_time_by_method").time_by_method(lines)
+    got = {(r["method"], r["temperature"]): r["actor_seconds"] for r in out["rows"]}
+    assert got == {("budget", "0"): 30.0, ("eagle3", "0.6"): 30.0, ("timed problems", "0"): 40.0}
+    assert out["actor_seconds"] == 100.0 and out["rows"][0]["share"] == 0.4
+
+
+def test_pyspy_shares_count_a_function_once_per_sample():
+    stacks = ["main (a.py:1);step (b.py:2);head (c.py:3) 6", "main (a.py:1);step (b.py:2);step (b.py:9) 4"]
+    out = _load("summarise_pyspy").inclusive_shares(stacks, top=10)
+    shares = {r["function"]: r["share"] for r in out["inclusive"]}
+    assert out["samples"] == 10 and shares == {"main": 1.0, "step": 1.0, "head": 0.6}  # recursion counted once
