@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import statistics
 import sys
 import time
@@ -296,7 +297,7 @@ def actor_plan(cfg: EvalConfig, env: dict, gpu: bool, n_todo: int) -> tuple[int,
     every actor has some."""
     bind = None if gpu else env.get(THREADS_BIND_ENV)
     actors = engine_actor_count(cfg.concurrency, bind) if bind else cfg.concurrency
-    return actors, max(1, min(cfg.batch_size, -(-n_todo // actors)))
+    return actors, max(1, min(cfg.batch_size, math.ceil(n_todo / actors)))
 
 
 def map_over_actors(rows: list[dict], worker, ctor_kwargs: dict, *, actors: int, batch: int, **remote_args):
@@ -305,7 +306,7 @@ def map_over_actors(rows: list[dict], worker, ctor_kwargs: dict, *, actors: int,
     several batches (a block holding them, or a queue) while the others sit idle."""
     import ray
 
-    ds = ray.data.from_items(rows, override_num_blocks=max(1, -(-len(rows) // batch)))
+    ds = ray.data.from_items(rows, override_num_blocks=max(1, math.ceil(len(rows) / batch)))
     return ds.map_batches(
         worker,
         fn_constructor_kwargs=ctor_kwargs,

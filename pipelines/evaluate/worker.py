@@ -106,9 +106,9 @@ def error_row(
 class EvalWorker:
     def __init__(self, *, cfg_json: str, env: dict, actors: int = 1):
         os.environ.update(env)  # before vLLM is imported in this process
-        self._cores = None
+        self._core_lock = None  # held while this actor lives: its claim on its cores
         if actors > 1 and THREADS_BIND_ENV in env:  # CPU: this actor's own share of the cores
-            bind, self._cores = claim_core_set(env[THREADS_BIND_ENV], actors)
+            bind, self._core_lock = claim_core_set(env[THREADS_BIND_ENV], actors)
             bind_this_process(bind)
             print(f"[evaluate] engine actor bound to cores {bind} (one of {actors})", flush=True)
         from vllm import LLM
