@@ -68,11 +68,12 @@ def test_build_trains_and_writes_the_compact_teacher(tmp_path, caplog, one_torch
 
 def test_rendering_is_unchanged_by_the_generic_teacher_code(tok):
     """sha256 of 50 seeded (prompt, completion) pairs and their ids, taken with the qwen3-only code
-    before the spec/registry refactor: the training text must not move."""
+    before the spec/registry refactor: the training text must not move. (The style of that time, up to
+    six re-checks, is pinned: the shipped default has since changed on purpose.)"""
     import hashlib
 
     rng = random.Random(0)
-    rend = [q3.SPEC.render_example(tok, p, rng, RealisticStyle()) for p in problems("train", 50, seed=3)]
+    rend = [q3.SPEC.render_example(tok, p, rng, RealisticStyle(max_rechecks=6)) for p in problems("train", 50, seed=3)]
     ids = [q3.SPEC.encode_example(tok, *r) for r in rend]
     assert hashlib.sha256(json.dumps(rend).encode()).hexdigest() == (
         "c8551ff087dd2230bbaf48ce98097340d03db0283ff1ffb80973b148fed8ec75"
@@ -83,7 +84,7 @@ def test_rendering_is_unchanged_by_the_generic_teacher_code(tok):
 
 
 def test_build_config_fields_and_the_new_recipe():
-    """build_config.json keeps its fields; the default recipe is the bf16 one (1200 x 64)."""
+    """build_config.json keeps its fields; the default recipe is float32, 1200 x 64."""
     from specexit_core.teachers.build import default_config
 
     d = default_config(q3.SPEC).to_json()
@@ -91,7 +92,7 @@ def test_build_config_fields_and_the_new_recipe():
         ["arch", "batch_size", "bf16_autocast", "grad_clip", "log_every", "lr", "min_lr_ratio", "seed", "steps"]
         + ["style", "threads", "warmup_steps", "weight_decay"]
     )
-    recipe = {"steps": 1200, "batch_size": 64, "bf16_autocast": True, "warmup_steps": 100, "log_every": 50}
+    recipe = {"steps": 1200, "batch_size": 64, "bf16_autocast": False, "warmup_steps": 100, "log_every": 50}
     assert {k: d[k] for k in recipe} == recipe
     assert d["arch"]["vocab_size"] == q3.FULL_VOCAB_SIZE and d["arch"]["max_position_embeddings"] == 1024
     assert load_build_config(q3.SPEC, {**d, "steps": 170}).steps == 170  # a shipped file reads back
