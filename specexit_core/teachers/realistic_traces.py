@@ -43,7 +43,10 @@ class RealisticStyle:
     caught_slip_prob: float = 0.12  # per hard step: wrong, then "Wait, ..." at once
     p_summary: float = 0.75  # a "So the answer is N." line after the first pass
     min_rechecks: int = 1
-    max_rechecks: int = 6
+    # Re-checks are uniform in [min, max]. Greedy decoding writes one more whenever stopping is less likely
+    # than going on, i.e. until the hazard 1 / (max - k + 1) reaches 1/2: with max 6 greedy traces carried
+    # 5-6 re-checks and probed at 0.75-0.80 overthinking (above issue #13's band); with max 3 they carry 2-3
+    max_rechecks: int = 3
     p_no_recheck: float = 0.1  # close </think> right after the first pass (or after the fix)
 
 

@@ -60,3 +60,18 @@ def test_stated_result_reads_every_result_wording_and_nothing_else():
             assert stated_result(_result(rng, ans)) == ans
     assert stated_result("Then 4 + 5 = 9. Let me double-check: 9 - 5 = 4. Yes.") is None
     assert stated_result("Wait, 3 * 4 = 12, not 14. So the answer is 20.") == 20
+
+
+def test_greedy_paths_stay_in_the_overthinking_band():
+    """Greedy decoding writes another re-check while stopping is less likely than going on: with re-checks
+    uniform in [min, max] it stops after max - 1 or max of them (hazard 1/2, then 1). Those traces, not
+    the sampled mix, are what probing the trained teacher measures; they must sit in the band too (with
+    max 6 they did not: 0.71-0.74 here, 0.75-0.80 probed)."""
+    from dataclasses import replace
+
+    from specexit_core.teachers.realistic_traces import RealisticStyle
+
+    style = RealisticStyle()
+    for k in (style.max_rechecks - 1, style.max_rechecks):
+        s = trace_stats(1500, style=replace(style, min_rechecks=k, max_rechecks=k, p_no_recheck=0.0))
+        assert OVERTHINKING_RANGE[0] <= s["oracle_overthinking"] <= OVERTHINKING_RANGE[1], (k, s)
