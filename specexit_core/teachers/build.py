@@ -43,7 +43,7 @@ class TeacherBuildConfig(TrainRecipe):
 
     arch: TeacherArch = Field(default_factory=TeacherArch)
     style: RealisticStyle = Field(default_factory=RealisticStyle)
-    # 1200 x 64 sequences in float32: ~45 min of 2 AVX2 cores (~5,000 tokens/s on this model)
+    # 1200 x 64 sequences in float32: 33-38 min of 2 AVX2 cores (~5,000 tokens/s on these models)
     steps: int = 1200
     batch_size: int = 64
     warmup_steps: int = 100

@@ -26,5 +26,5 @@ def test_bf16_autocast_warns_only_where_it_is_emulated(monkeypatch, caplog, cap,
     log = logging.getLogger("test.train_loop")
     with caplog.at_level(logging.WARNING, logger=log.name):
         warn_if_bf16_is_emulated(TrainRecipe(bf16_autocast=bf16), log)
-    assert ("emulated" in caplog.text) == warned
+    assert ("emulated" in caplog.text) == warned  # the warning says why
     assert (cap in caplog.text) == warned
