@@ -176,10 +176,12 @@ def probe(
     weighting: str,
     recipe_world: int,
     also_seq_lens: tuple[int, ...] = (),
+    on_row=lambda res: None,
 ) -> dict:
     """One recipe: build its target, draft and batch, run every variant at the recipe's sequence
     length, then the default variant at `also_seq_lens` (time at typical lengths). `base` gives the
-    batch size, sequence length, unroll, draft vocab and aux layers."""
+    batch size, sequence length, unroll, draft vocab and aux layers. `on_row(res)` after each variant (the
+    caller rewrites its JSON: a run cut short keeps what it measured)."""
     target = random_target(hf_config, dtype=dtype, device=device)
     draft = random_draft(
         target, aux_layer_ids=base.draft.aux_layer_ids, draft_vocab_size=base.draft.draft_vocab_size, device=device
@@ -231,10 +233,13 @@ def probe(
             row["achieved_tflops"] = round(row["model_tflops_per_step"] / row["seconds_per_step"], 6)
         except torch.cuda.OutOfMemoryError as e:
             row.update(oom=True, error=str(e).splitlines()[0])
+        except Exception as e:  # a lent machine's minutes are few: record it, measure the rest
+            row.update(error=f"{type(e).__name__}: {e}"[:2000])
         gc.collect()
         if device.type == "cuda":
             torch.cuda.empty_cache()
         res["variants"][vname] = row
+        on_row(res)
         print(json.dumps({name: {vname: {k: v for k, v in row.items() if k != "estimated_phases"}}}), flush=True)
     del target, draft, batch
     gc.collect()
@@ -262,7 +267,14 @@ def main(argv: list[str] | None = None) -> int:
     import transformers
 
     env = {"torch": torch.__version__, "transformers": transformers.__version__, "python": platform.python_version()}
-    results = []
+    results: list[dict] = []
+    out = Path(args.out)
+
+    def write(partial: dict | None = None) -> None:
+        out.write_text(
+            json.dumps({"environment": env, "results": [*results, *([partial] if partial else [])]}, indent=2) + "\n"
+        )
+
     if args.smoke:
         device = torch.device("cpu")
         env["device"] = "cpu (--smoke)"
@@ -284,6 +296,7 @@ def main(argv: list[str] | None = None) -> int:
                 weighting="uncertainty",
                 recipe_world=1,
                 also_seq_lens=(16,),
+                on_row=write,
             )
         )
     else:
@@ -308,9 +321,10 @@ def main(argv: list[str] | None = None) -> int:
                     weighting=extra["weighting"],
                     recipe_world=extra["world_size"],
                     also_seq_lens=tuple(args.also_seq_len or [2048]),
+                    on_row=write,
                 )
             )
-    Path(args.out).write_text(json.dumps({"environment": env, "results": results}, indent=2) + "\n")
+    write()
     print(f"wrote {args.out}", flush=True)
     return 0
 

@@ -168,6 +168,7 @@ def longgen_bench_config(args: argparse.Namespace):
         "temperatures": csv(args.temperatures, float),
         "penalties": csv(args.penalties, str.strip),
         "methods": csv(args.methods, str.strip),
+        "backends": csv(args.backends, str.strip),
         "prompts": args.prompts,
         "repeats": args.repeats,
         "num_speculative_tokens": args.k,
@@ -457,6 +458,7 @@ def build_parser() -> argparse.ArgumentParser:
     bl.add_argument("--theta", type=float, help="contextual penalty theta when on (toy default 1.2)")
     bl.add_argument("--window", type=int, help="contextual penalty window when on (toy default 64)")
     bl.add_argument("--methods", help="comma-separated subset of plain,eagle3,tokenswift,vllm_long")
+    bl.add_argument("--backends", help="torch,vllm (default both; torch alone where vLLM is not installed)")
     bl.add_argument("--prompts", type=int, help="test prompts per row")
     bl.add_argument("--repeats", type=int, help="runs per prompt and method (the fastest counts)")
     bl.add_argument("--k", type=int, help="EAGLE-3 draft tokens per step")

@@ -78,6 +78,8 @@ class LongGenBenchConfig(StrictModel):
     prompts: int = Field(2, ge=1)  # test prompts per row
     repeats: int = Field(1, ge=1)  # a method's time per prompt: the fastest of this many runs
     methods: list[Literal["plain", "eagle3", "tokenswift", "vllm_long"]] = Field(default_factory=lambda: list(METHODS))
+    # which backends run: ["torch"] where vLLM is not installed (the lent GPU image: scripts/gpu_longgen.py)
+    backends: list[Literal["torch", "vllm"]] = Field(default_factory=lambda: ["torch", "vllm"], min_length=1)
     num_speculative_tokens: int = Field(3, ge=1)  # EAGLE-3's k
     ngram_min: int = Field(2, ge=1)
     ngram_max: int = Field(8, ge=1)
@@ -180,9 +182,13 @@ def resolve_model_set(cfg: LongGenBenchConfig) -> ModelSet:
             raise ConfigError(f"--heads {heads}: no such folder")
         ms.heads, ms.train_heads = None, False
         ms.skipped["tokenswift"] = f"no TokenSwift heads at {heads} (train them: python -m pipelines.train_heads)"
-    if draft is None or not (Path(draft) / "config.json").exists():
+    if "vllm" not in cfg.backends:
+        ms.skipped.update({m: "backend vllm not asked for (--backends)" for m in ("eagle3", "vllm_long")})
+    elif draft is None or not (Path(draft) / "config.json").exists():
         why = f"no EAGLE-3 draft for model set {cfg.model_set}" + (f" at {draft}" if draft else "") + " (--draft DIR)"
         ms.skipped.update({"eagle3": why, "vllm_long": why})
+    if "torch" not in cfg.backends:
+        ms.skipped["tokenswift"] = "backend torch not asked for (--backends)"
     return ms
 
 
@@ -237,7 +243,7 @@ def torch_runners(model, heads, cfg: LongGenBenchConfig, ms: ModelSet) -> dict[t
         )
 
     out: dict[tuple[str, str], Runner] = {}
-    if "plain" in cfg.methods or "tokenswift" in cfg.methods:
+    if "torch" in cfg.backends and ("plain" in cfg.methods or "tokenswift" in cfg.methods):
         out[("plain", "torch")] = plain
     if "tokenswift" in cfg.methods and "tokenswift" not in ms.skipped:
         out[("tokenswift", "torch")] = tokenswift
@@ -358,7 +364,9 @@ def run_bench(cfg: LongGenBenchConfig, print_fn=print) -> dict:
         heads = heads.to(cfg.torch_device)
     model = model.to(cfg.torch_device)
     runners = torch_runners(model, heads, cfg, ms)
-    want_vllm = (set(cfg.methods) - set(ms.skipped)) & {"plain", "eagle3", "vllm_long"}
+    want_vllm = (
+        (set(cfg.methods) - set(ms.skipped)) & {"plain", "eagle3", "vllm_long"} if "vllm" in cfg.backends else set()
+    )
     engines: list = []
     if want_vllm:
         if is_cpu_build():

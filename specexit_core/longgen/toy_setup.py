@@ -20,13 +20,15 @@ DEMO_PENALTY = PenaltyConfig(theta=1.2, window=64)  # W scaled down from TokenSw
 
 @torch.inference_mode()
 def teacher_continuations(model, prompts: list[list[int]], length: int, temperature: float, seed: int, penalty):
-    """Batched sampling from the teacher, EOS ignored (left padding); returns prompt + continuation per row."""
-    gen = torch.Generator().manual_seed(seed)
+    """Batched sampling from the teacher on its device, EOS ignored (left padding); returns prompt + continuation
+    per row."""
+    dev = next(model.parameters()).device
+    gen = torch.Generator(device=dev).manual_seed(seed)
     n = max(len(p) for p in prompts)
-    ids = torch.zeros(len(prompts), n, dtype=torch.long)
-    att = torch.zeros(len(prompts), n, dtype=torch.long)
+    ids = torch.zeros(len(prompts), n, dtype=torch.long, device=dev)
+    att = torch.zeros(len(prompts), n, dtype=torch.long, device=dev)
     for r, p in enumerate(prompts):
-        ids[r, n - len(p) :], att[r, n - len(p) :] = torch.tensor(p), 1
+        ids[r, n - len(p) :], att[r, n - len(p) :] = torch.tensor(p, device=dev), 1
     pos = (att.cumsum(-1) - 1).clamp(min=0)
     out = [list(p) for p in prompts]
     cur, cur_pos, past = ids, pos, None
@@ -42,7 +44,7 @@ def teacher_continuations(model, prompts: list[list[int]], length: int, temperat
         for r, t in enumerate(nxt[:, 0].tolist()):
             out[r].append(t)
         cur, cur_pos = nxt, cur_pos[:, -1:] + 1
-        att = torch.cat([att, torch.ones(len(prompts), 1, dtype=att.dtype)], -1)
+        att = torch.cat([att, torch.ones(len(prompts), 1, dtype=att.dtype, device=dev)], -1)
     return out
 
 

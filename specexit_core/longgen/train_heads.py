@@ -44,7 +44,7 @@ def collect_features(target: Target, sequences: list[list[int]], num_heads: int)
     for seq in sequences:
         cache = target.new_cache(len(seq))
         h = target.forward(seq, list(range(len(seq))), cache)
-        ids = torch.tensor(seq + [IGNORE] * (num_heads + 2))
+        ids = torch.tensor(seq + [IGNORE] * (num_heads + 2), device=h.device)
         feats.append(h.float())
         labels.append(torch.stack([ids[2 + i : 2 + i + len(seq)] for i in range(num_heads)]))
     return torch.cat(feats), torch.cat(labels, 1)
@@ -72,7 +72,7 @@ def train_heads(target: Target, sequences: list[list[int]], cfg: HeadTrainConfig
     for step in range(cfg.steps):
         for group in opt.param_groups:
             group["lr"] = lr_at(cfg, step)
-        idx = torch.randint(0, feats.shape[0], (cfg.batch_positions,), generator=g)
+        idx = torch.randint(0, feats.shape[0], (cfg.batch_positions,), generator=g).to(feats.device)
         loss = heads_loss(heads, lm_head, feats[idx], labels[:, idx])
         opt.zero_grad()
         loss.backward()

@@ -41,6 +41,8 @@ def test_config_defaults_and_normalisation():
         {"penalties": ["maybe"]},
         {"methods": ["medusa"]},
         {"methods": []},
+        {"backends": []},
+        {"backends": ["jax"]},
         {"prompts": 0},
         {"ngram_min": 5, "ngram_max": 3},
         {"penalty": {"theta": 1.0, "window": 64}},  # "on" that is off
@@ -71,6 +73,13 @@ def test_missing_draft_skips_the_vllm_draft_rows_with_a_reason(tmp_path):
     assert set(ms.skipped) == {"eagle3", "vllm_long"} and "--draft" in ms.skipped["eagle3"]
     with pytest.raises(ConfigError, match="--heads"):
         lb.resolve_model_set(LongGenBenchConfig(heads=str(tmp_path / "none")))
+
+
+def test_torch_backend_alone_skips_the_vllm_rows_with_a_reason():
+    ms = lb.resolve_model_set(LongGenBenchConfig(backends=["torch"]))
+    assert set(ms.skipped) == {"eagle3", "vllm_long"} and "--backends" in ms.skipped["eagle3"]
+    ms = lb.resolve_model_set(LongGenBenchConfig(backends=["vllm"]))
+    assert set(ms.skipped) == {"tokenswift"}
 
 
 def test_long_writer_model_set_plugs_in_by_name(monkeypatch, tmp_path):
