@@ -52,7 +52,7 @@ class TeacherBuildConfig(TrainRecipe):
 
 def default_config(spec: TeacherSpec) -> TeacherBuildConfig:
     lr = {} if spec.build_lr is None else {"lr": spec.build_lr}
-    return TeacherBuildConfig(arch=spec.default_arch(), **lr)
+    return TeacherBuildConfig(arch=spec.default_arch(), style=spec.build_style, **lr)
 
 
 def load_build_config(spec: TeacherSpec, d: dict | None = None) -> TeacherBuildConfig:

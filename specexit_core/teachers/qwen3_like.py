@@ -71,6 +71,13 @@ def qwen3_config(arch: TeacherArch, *, bos_token_id: int, eos_token_id: int, pad
     return arch.hf_config(bos_token_id=bos_token_id, eos_token_id=eos_token_id, pad_token_id=pad_token_id)
 
 
+# The first build's float32 teacher hardly ever erred in its first pass (1% of first answers wrong, issue #13
+# asks >= 5%): its training text's silent slips were coin flips, which greedy decoding does not follow. The
+# trap (a forgotten borrow from a multiple of ten, every time: 14% of problems) is a slip it does follow.
+# The trap moves the oracle's exit later on those problems; 2-4 re-checks (greedy: 3-4) keep the
+# overthinking inside the band (tests/unit/test_realistic_traces.py).
+STYLE = RealisticStyle(trap_slip_prob=1.0, silent_slip_prob=0.08, min_rechecks=2, max_rechecks=4)
+
 SPEC = spec.TeacherSpec(
     name=NAME,
     assets_dir=ASSETS_DIR,
@@ -88,4 +95,5 @@ SPEC = spec.TeacherSpec(
     render_example=render_example,
     hf_config=qwen3_config,
     digits_per_token=1,  # Qwen3 writes numbers digit by digit
+    build_style=STYLE,
 )

@@ -9,7 +9,11 @@ What differs from `specexit_core.toy.traces`:
 - a first-pass mistake is sometimes *silent*: a hard step gets a wrong value that carries through
   to a stated (wrong) answer, and only a later re-check catches and fixes it. Exiting right after
   the first stated answer is then wrong, so an exit that comes too early costs accuracy;
-- some slips are still caught at once ("Wait, ... not ..."), as in the toy.
+- some slips are still caught at once ("Wait, ... not ..."), as in the toy;
+- a teacher's style may add a *systematic* silent slip (`trap_slip_prob`): subtracting from a multiple
+  of ten, the first pass forgets the borrow, every time. A coin-flip slip is one greedy decoding does
+  not reproduce (it takes the majority, the right value); a slip tied to what the step looks like it
+  does, so the trained teacher's own first answer is sometimes wrong, not only its training text's.
 
 `trace_stats` measures the two properties the issue asks of such a teacher: the oracle's
 overthinking (share of think text after the final answer is first known) and the share of
@@ -37,7 +41,8 @@ FIRST_ANSWER_WRONG_MIN = 0.05
 
 @dataclass(frozen=True)
 class RealisticStyle:
-    """Knobs of the realistic teacher's writing (defaults: what the shipped teachers use)."""
+    """Knobs of the realistic teacher's writing (defaults: r1-llama-like's; each teacher's is its
+    `TeacherSpec.build_style`)."""
 
     silent_slip_prob: float = 0.16  # per problem: one hard step is wrong and caught only by a re-check
     caught_slip_prob: float = 0.12  # per hard step: wrong, then "Wait, ..." at once
@@ -48,6 +53,21 @@ class RealisticStyle:
     # 5-6 re-checks and probed at 0.75-0.80 overthinking (above issue #13's band); with max 3 they carry 2-3
     max_rechecks: int = 3
     p_no_recheck: float = 0.1  # close </think> right after the first pass (or after the fix)
+    # per problem with a trap step (`trap_step`: 14% of problems): the first pass forgets its borrow there
+    # (`trap_value`) and only a re-check fixes it; 0 draws nothing from the rng (earlier texts unchanged)
+    trap_slip_prob: float = 0.0
+
+
+def trap_step(p: Problem) -> int | None:
+    """The first step that subtracts a number not ending in 0 from a multiple of ten (`70 - 13`): where
+    a systematic slip (forgetting the borrow) happens."""
+    vals = p.values()
+    return next((i for i, (op, b) in enumerate(p.steps) if op == "-" and vals[i] % 10 == 0 and b % 10), None)
+
+
+def trap_value(a: int, b: int) -> int:
+    """`a - b` with the borrow forgotten: the units digit right, the tens one too high (70 - 13 = 67)."""
+    return a - b + 10
 
 
 @dataclass
@@ -98,16 +118,17 @@ def _result(rng: random.Random, ans: int) -> str:
 
 
 def _first_pass(
-    rng: random.Random, p: Problem, style: RealisticStyle, silent_at: int | None
+    rng: random.Random, p: Problem, style: RealisticStyle, silent_at: int | None, trapped: bool = False
 ) -> tuple[list[str], list[str], list[int]]:
-    """Paragraphs of 1-3 steps; the values the writer believes (wrong from `silent_at` on)."""
+    """Paragraphs of 1-3 steps; the values the writer believes (wrong from `silent_at` on; `trapped`:
+    that slip is the trap's forgotten borrow, else a random slip)."""
     believed = [p.start]
     paras, kinds, cur = [], [], []
     for i, (op, b) in enumerate(p.steps):
         a = believed[-1]
         c = apply(a, op, b)
         if i == silent_at:
-            c = slipped_value(a, op, b, rng)
+            c = trap_value(a, b) if trapped else slipped_value(a, op, b, rng)
         elif is_hard(a, op, b) and rng.random() < style.caught_slip_prob:
             wrong = slipped_value(a, op, b, rng)
             paras.append(" ".join([*cur, _step(rng, a, op, b, wrong) + "."]))
@@ -166,8 +187,13 @@ def _recheck(rng: random.Random, p: Problem, believed: list[int]) -> tuple[str, 
 def make_realistic_trace(p: Problem, rng: random.Random, style: RealisticStyle = RealisticStyle()) -> RealisticTrace:
     vals = p.values()
     hard = [i for i, (op, b) in enumerate(p.steps) if is_hard(vals[i], op, b)]
-    silent_at = rng.choice(hard) if hard and rng.random() < style.silent_slip_prob else None
-    paras, kinds, believed = _first_pass(rng, p, style, silent_at)
+    trap = trap_step(p) if style.trap_slip_prob > 0 else None
+    trapped = trap is not None and rng.random() < style.trap_slip_prob
+    if trapped:
+        silent_at = trap
+    else:
+        silent_at = rng.choice(hard) if hard and rng.random() < style.silent_slip_prob else None
+    paras, kinds, believed = _first_pass(rng, p, style, silent_at, trapped)
     first = believed[-1]
     if rng.random() < style.p_summary or silent_at is not None:  # a wrong pass always states its answer
         paras.append(_result(rng, first))

@@ -55,6 +55,7 @@ class TeacherSpec:
     hf_config: HFConfigFn
     digits_per_token: int = 1  # how many digits one number token holds (Llama 3 groups up to three)
     build_lr: float | None = None  # the build recipe's peak learning rate; None: TrainRecipe's default
+    build_style: RealisticStyle = RealisticStyle()  # how the build recipe's training text is written
 
     def load_tokenizer(self):
         from transformers import AutoTokenizer
