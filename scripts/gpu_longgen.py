@@ -33,11 +33,8 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from specexit_core.bench.longgen_bench import LongGenBenchConfig, default_penalty, run_bench  # noqa: E402
-from specexit_core.longgen.heads import save_heads  # noqa: E402
-from specexit_core.longgen.plain import NO_PENALTY  # noqa: E402
 from specexit_core.longgen.target import Target  # noqa: E402
-from specexit_core.longgen.toy_setup import teacher_continuations  # noqa: E402
-from specexit_core.longgen.train_heads import HeadTrainConfig, head_accuracy, train_heads  # noqa: E402
+from specexit_core.longgen.toy_setup import train_heads_on_teacher_text  # noqa: E402
 from specexit_core.teachers import long_writer_task as task  # noqa: E402
 from specexit_core.teachers.long_writer import LONG_WRITER_DIR  # noqa: E402
 from specexit_core.toy.hf_generate import load_teacher  # noqa: E402
@@ -49,22 +46,19 @@ SMOKE = dict(lengths=(24, 48), head_len=32, seqs=2, steps=10, batch_positions=25
 def train_long_writer_heads(device: str, *, head_len: int, seqs: int, steps: int, batch_positions: int, out: Path):
     model, tok = load_teacher(LONG_WRITER_DIR)
     model = model.to(device)
-    target = Target(model)
     prompts = [tok(p.text, add_special_tokens=False)["input_ids"] for p in task.prompts("train", seqs + 4, seed=1)]
-    t0 = time.perf_counter()
-    half = seqs // 2
-    pen = default_penalty("long-writer")
-    data = teacher_continuations(model, prompts[:half], head_len, 0.7, 0, NO_PENALTY)
-    data += teacher_continuations(model, prompts[half:seqs], head_len, 0.7, 1, pen)
-    held = teacher_continuations(model, prompts[seqs:], head_len, 0.7, 2, NO_PENALTY)
-    gen_s = time.perf_counter() - t0
-    heads, info = train_heads(target, data, HeadTrainConfig(steps=steps, batch_positions=batch_positions))
-    info.update(
-        data_s=round(gen_s, 2), seqs=seqs, tokens_per_seq=head_len, head_top1=head_accuracy(heads, target, held)
+    _, info = train_heads_on_teacher_text(
+        model,
+        Target(model),
+        prompts[:seqs],
+        prompts[seqs:],
+        length=head_len,
+        steps=steps,
+        penalty=default_penalty("long-writer"),
+        out=out,
+        batch_positions=batch_positions,
     )
-    save_heads(heads, out)
-    del model, target, heads
-    return info
+    return info | {"seqs": seqs, "tokens_per_seq": head_len}
 
 
 def main(argv: list[str] | None = None) -> int:

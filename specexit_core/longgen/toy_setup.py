@@ -48,22 +48,43 @@ def teacher_continuations(model, prompts: list[list[int]], length: int, temperat
     return out
 
 
-def train_toy_heads(model, tok, target, *, length: int, seqs: int, steps: int, out: str | Path | None):
-    """Heads trained on the teacher's own sampled continuations of `length` tokens (T = 0.7, half of them with
-    DEMO_PENALTY on), on `seqs` train-split prompts; 8 more held out for the heads' top-1 accuracy. Saved to
-    `out` when given. Returns (heads, info)."""
-    from specexit_core.toy import task
-    from specexit_core.toy.teacher_eval import prompt_ids
-
-    prompts = [prompt_ids(tok, p) for p in task.problems("train", seqs + 8, seed=1)]
+def train_heads_on_teacher_text(
+    model,
+    target,
+    prompts: list[list[int]],
+    held_prompts: list[list[int]],
+    *,
+    length: int,
+    steps: int,
+    penalty: PenaltyConfig,
+    out: str | Path | None,
+    batch_positions: int | None = None,
+):
+    """Heads trained on the teacher's own sampled continuations of `length` tokens (T = 0.7, the second half
+    of `prompts` with `penalty` on), top-1 accuracy per head on continuations of `held_prompts`. Saved to `out`
+    when given. Returns (heads, info). The toy's (`train_toy_heads`) and the long writer's on a GPU
+    (scripts/gpu_longgen.py)."""
     t0 = time.perf_counter()
-    half = seqs // 2
+    half = len(prompts) // 2
     data = teacher_continuations(model, prompts[:half], length, 0.7, 0, NO_PENALTY) if half else []
-    data += teacher_continuations(model, prompts[half:seqs], length, 0.7, 1, DEMO_PENALTY)
-    held = teacher_continuations(model, prompts[seqs:], length, 0.7, 2, NO_PENALTY)
+    data += teacher_continuations(model, prompts[half:], length, 0.7, 1, penalty)
+    held = teacher_continuations(model, held_prompts, length, 0.7, 2, NO_PENALTY)
     gen_s = time.perf_counter() - t0
-    heads, info = train_heads(target, data, HeadTrainConfig(steps=steps))
+    cfg = HeadTrainConfig(steps=steps, **({"batch_positions": batch_positions} if batch_positions else {}))
+    heads, info = train_heads(target, data, cfg)
     info.update(data_s=gen_s, head_top1=head_accuracy(heads, target, held), saved=str(out) if out else None)
     if out:
         save_heads(heads, out)
     return heads, info
+
+
+def train_toy_heads(model, tok, target, *, length: int, seqs: int, steps: int, out: str | Path | None):
+    """`train_heads_on_teacher_text` on the toy: `seqs` train-split prompts (half with DEMO_PENALTY on), 8 more
+    held out."""
+    from specexit_core.toy import task
+    from specexit_core.toy.teacher_eval import prompt_ids
+
+    prompts = [prompt_ids(tok, p) for p in task.problems("train", seqs + 8, seed=1)]
+    return train_heads_on_teacher_text(
+        model, target, prompts[:seqs], prompts[seqs:], length=length, steps=steps, penalty=DEMO_PENALTY, out=out
+    )
