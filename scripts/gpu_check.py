@@ -248,6 +248,7 @@ def check_serve(s: CheckSettings) -> dict:
     from ray import serve
 
     from serve_app.app import build_app
+    from serve_app.proxy_readiness import patient_proxy_readiness
     from specexit_core.toy.task import problems
     from specexit_core.typed_config import read_yaml
 
@@ -256,6 +257,7 @@ def check_serve(s: CheckSettings) -> dict:
         args["model"].update(accelerator="gpu", tensor_parallel_size=s.tp, dtype="bfloat16", enforce_eager=False)
         args["model"].pop("cpu", None)
     port = 8000 + os.getpid() % 1000
+    patient_proxy_readiness()
     ray.init(include_dashboard=False, log_to_driver=False)
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port})

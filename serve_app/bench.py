@@ -162,7 +162,10 @@ def main(argv=None) -> dict:
     import ray
     from ray import serve
 
+    from serve_app.proxy_readiness import patient_proxy_readiness
+
     port = _free_port()
+    patient_proxy_readiness()
     ray.init(address="local", num_cpus=a.num_cpus, include_dashboard=False, log_to_driver=False)  # its own cluster
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port})

@@ -11,6 +11,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
+from serve_app.proxy_readiness import patient_proxy_readiness
 from serve_app.serve_bench import MODEL_SETS, Measured, app_args, build_rows, prompt_ids, summary_line, timed
 
 
@@ -146,6 +147,7 @@ def run_serve(cfg: ServeBenchConfig, args, sent: list, env: dict[str, str] | Non
         port = s.getsockname()[1]
     saved = {k: os.environ.get(k) for k in env or {}}
     os.environ.update(env or {})  # before ray.init: the raylet and every worker it starts inherit them
+    patient_proxy_readiness()
     # "local": a cluster of this process's own, never one a `ray start` elsewhere on the machine left
     ray.init(address="local", num_cpus=cfg.num_cpus, include_dashboard=False, log_to_driver=False)
     try:

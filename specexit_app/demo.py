@@ -164,12 +164,14 @@ def run_demo(cfg: DemoConfig, *, fresh: bool = False) -> dict:
     """Run every stage; returns {"methods": ..., "stages": {name: {seconds, ...}}, ...}."""
     from pipelines.common.config import RayConfig
     from pipelines.common.runtime import init_ray
+    from serve_app.proxy_readiness import patient_proxy_readiness
 
     if fresh:
         shutil.rmtree(cfg.workdir, ignore_errors=True)
     wd = Path(cfg.workdir)
     wd.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
+    patient_proxy_readiness()  # the serve stage starts Serve on this cluster, beside busy engines
     init_ray(RayConfig(num_cpus=8))
     stages = Stages(cfg)
     done: dict = {}

@@ -36,6 +36,17 @@ def _share_the_cores_between_workers() -> None:
 
 _share_the_cores_between_workers()
 
+
+def _patient_serve_proxies() -> None:
+    """Every Ray cluster a test starts (in process, `ray start`, a CLI run) gives Serve's HTTP proxy time to
+    start beside busy engines: serve_app/proxy_readiness.py."""
+    from serve_app.proxy_readiness import patient_proxy_readiness
+
+    patient_proxy_readiness()
+
+
+_patient_serve_proxies()
+
 import pytest  # noqa: E402  (after HOME is private: nothing may read the user's home first)
 
 

@@ -118,6 +118,22 @@ def handle(method: str, deployment: str = SERVER, app: str = APP):
     return getattr(serve.get_deployment_handle(deployment, app_name=app), method).remote().result(timeout_s=30)
 
 
+def test_serve_controller_gives_the_proxy_time_to_start(base):
+    """The Ray workers of the test's cluster (Serve's controller among them) inherit the patient proxy
+    readiness check (serve_app/proxy_readiness.py) that tests/conftest.py sets before ray.init."""
+    import ray
+
+    from serve_app.proxy_readiness import PROXY_READY_S
+
+    @ray.remote(num_cpus=0)
+    def ready_check_timeout():
+        from ray.serve._private import constants
+
+        return constants.PROXY_READY_CHECK_TIMEOUT_S
+
+    assert ray.get(ready_check_timeout.remote()) == PROXY_READY_S
+
+
 # -- the OpenAI surface ------------------------------------------------------------------------------
 def test_models(client):
     assert [m.id for m in client.models.list().data] == [MODEL]
