@@ -88,6 +88,11 @@ class EvalConfig(StrictModel):
     # (set from the calibrated file's "peers"; added to the sweep if missing). None: the fewest think
     # tokens within `accuracy_tolerance` of eagle3 on this run's own problems (marked "chosen_on": "this run").
     budget_chosen: int | None = Field(None, ge=1)
+    # The temperatures at which the whole sweep runs (the report's accuracy-vs-tokens curve); at the
+    # others only `budget_chosen` runs, as the `budget` method (the sweep is ~40% of a realistic
+    # teacher's evaluation: docs/teachers.md). None: every temperature. Without a chosen budget the sweep
+    # runs at every temperature: the `budget` method's setting is then picked from it (`budgets_at`).
+    budget_sweep_temperatures: list[float] | None = None
     accuracy_tolerance: float = Field(0.01, ge=0)  # budget "best setting": fewest think tokens within this of eagle3
     targets: TargetsConfig = Field(default_factory=TargetsConfig)
     deer: DeerConfig = Field(default_factory=DeerConfig)
@@ -133,6 +138,21 @@ class EvalConfig(StrictModel):
         if self.budget_chosen is not None and self.budget_chosen not in self.budget_sweep:
             raise ValueError(f"budget_chosen {self.budget_chosen} is not in budget_sweep {self.budget_sweep}")
         return self
+
+    @field_validator("budget_sweep_temperatures")
+    @classmethod
+    def _sweep_temps(cls, v):
+        if v is not None and any(t < 0 for t in v):
+            raise ValueError(f"budget_sweep_temperatures must be numbers >= 0, got {v}")
+        return v
+
+    def budgets_at(self, temperature: float) -> list[int]:
+        """The static budgets run at `temperature`: the whole sweep, or only the chosen one where
+        `budget_sweep_temperatures` leaves the sweep out."""
+        sweep_here = self.budget_sweep_temperatures is None or temperature in self.budget_sweep_temperatures
+        if sweep_here or self.budget_chosen is None:
+            return list(self.budget_sweep)
+        return [self.budget_chosen]
 
     def run_methods(self) -> list[str]:
         """Methods in run order: the oracle needs the EAGLE-3 trace, so eagle3 always runs when it does."""

@@ -218,11 +218,11 @@ class EvalWorker:
             return None, None, [error_row(pid, bad, prompt=row["prompt"], gold=row.get("gold"))]
         return prompt, ref, None
 
-    def _jobs(self) -> list[tuple[str, str]]:
+    def _jobs(self, temp: float) -> list[tuple[str, str]]:
         jobs: list[tuple[str, str]] = []
         for m in self.methods:
             if m == "budget":
-                jobs += [("budget", str(b)) for b in self.cfg.budget_sweep]
+                jobs += [("budget", str(b)) for b in self.cfg.budgets_at(temp)]
             else:
                 jobs.append((m, ""))
         return jobs
@@ -256,7 +256,7 @@ class EvalWorker:
         out: dict = {row["id"]: {} for row, _ in problems}
         if not problems:
             return out
-        for m, setting in self._jobs():
+        for m, setting in self._jobs(temp):
             if m not in SINGLE_REQUEST or (only is not None and (m, setting) not in only):
                 continue
             gen = self.plain if m == "plain" else self.spec
@@ -342,7 +342,7 @@ class EvalWorker:
         decode = lambda t: self.tok.decode(t, skip_special_tokens=False)  # noqa: E731
         rows, eagle = [], None
         pre = pre or {}
-        for m, setting in method_order(self._jobs(), seed):
+        for m, setting in method_order(self._jobs(temp), seed):
             try:
                 gen = self.plain if m == "plain" else self.spec
                 p = self._prompt(row["prompt"], think=False) if m == "nothink" else prompt
@@ -476,10 +476,10 @@ class EvalWorker:
         pre = {t: self._batched(untimed, t) for t in self.cfg.temperatures}
         # on the timed problems too, the budget sweep's other points only draw the accuracy-vs-tokens
         # curve: batched; only the budget chosen on dev is timed like every method
-        sweep_only = {("budget", str(b)) for b in self.cfg.budget_sweep if b != self.cfg.budget_chosen}
         timed = [(r, p) for r, p, _ in todo if r.get("timed", True)]
-        if self.cfg.budget_chosen is not None and "budget" in self.methods and timed and sweep_only:
-            for t in self.cfg.temperatures:
+        for t in self.cfg.temperatures:
+            sweep_only = {("budget", str(b)) for b in self.cfg.budgets_at(t) if b != self.cfg.budget_chosen}
+            if self.cfg.budget_chosen is not None and "budget" in self.methods and timed and sweep_only:
                 for pid, res in self._batched(timed, t, only=sweep_only).items():
                     pre[t].setdefault(pid, {}).update(res)
         if untimed:

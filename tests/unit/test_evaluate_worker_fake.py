@@ -117,6 +117,28 @@ def test_only_the_budget_chosen_on_dev_is_timed(tmp_path):
             assert r["latency_s"] is None and info["batched"]
 
 
+def test_the_sweep_runs_only_at_its_temperatures_elsewhere_the_chosen_budget(tmp_path):
+    w = _worker(tmp_path, ["eagle3", "budget"])
+    w.cfg = w.cfg.model_copy(update={"budget_chosen": 16, "budget_sweep_temperatures": [0.0]})
+    batch = pa.Table.from_pylist(
+        [
+            {"id": f"p{i}", "prompt": "Compute from left to right : 3 + 4", "gold": "7", "timed": i == 0}
+            for i in range(3)
+        ]
+    )
+    w(batch)
+    rows = [r for f in (tmp_path / "out").glob("part-*.parquet") for r in pq.read_table(f).to_pylist()]
+    settings = {
+        t: sorted({r["setting"] for r in rows if r["method"] == "budget" and round(r["temperature"], 3) == t})
+        for t in (0.0, 0.6)
+    }
+    assert settings == {0.0: ["16", "8"], 0.6: ["16"]}
+    assert sum(r["method"] == "budget" for r in rows) == 3 * 3  # 3 problems x (2 budgets at T=0, 1 at 0.6)
+    # no chosen budget: the method needs the whole sweep to pick from, at every temperature
+    w.cfg = w.cfg.model_copy(update={"budget_chosen": None})
+    assert w.cfg.budgets_at(0.6) == w.cfg.budgets_at(0.0) == [8, 16]
+
+
 def test_timed_subset_none_all_or_first_n():
     from pipelines.evaluate.job import timed_ids
 
