@@ -117,7 +117,8 @@ def teacher_row(name: str, run: tuple[dict, str]) -> list[str]:
     miss = float(sp["target"].split()[-1]) - sp["value"]
     return [
         f"{100 * e['accuracy']:.0f}% / {100 * s['accuracy']:.0f}%",
-        f"{vs['points']:+.1f} {_ci(vs['ci95'], 1.0)}" + (" ✓" if acc["pass"] else " (not established)"),
+        f"{vs['points']:+.1f} {_ci(vs['ci95'], 1.0)}"
+        + (" ✓" if acc["pass"] else " **(missed)**" if vs["ci95"][1] <= -1.0 else " (not established)"),
         f"{e['think_tokens']:.0f} / {s['think_tokens']:.0f} / {o['think_tokens']:.0f}",
         f"{near['value']:.2f}x ✓" if near["pass"] else f"**{near['value']:.2f}x (missed)**",
         f"{sp['value']:.2f}x ✓" if sp["pass"] else f"**{sp['value']:.2f}x (missed by {miss:.2f})**",
