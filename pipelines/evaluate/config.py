@@ -93,6 +93,12 @@ class EvalConfig(StrictModel):
     # teacher's evaluation: docs/teachers.md). None: every temperature. Without a chosen budget the sweep
     # runs at every temperature: the `budget` method's setting is then picked from it (`budgets_at`).
     budget_sweep_temperatures: list[float] | None = None
+    # At T = 0 the sweep's other points (all but `budget_chosen`) follow the EAGLE-3 greedy trace:
+    # "replay" takes each from that trace (its output where it thinks <= b tokens; else its first b
+    # think tokens + `</think>` + the greedy answer, one short prefix-cached request), which is what
+    # the engine's `max_think_tokens` makes of the same greedy path; "generate" runs each point as
+    # a request of its own. Without a chosen budget every point is generated (the method picks one).
+    budget_sweep_greedy: Literal["replay", "generate"] = "replay"
     accuracy_tolerance: float = Field(0.01, ge=0)  # budget "best setting": fewest think tokens within this of eagle3
     targets: TargetsConfig = Field(default_factory=TargetsConfig)
     deer: DeerConfig = Field(default_factory=DeerConfig)
@@ -145,6 +151,15 @@ class EvalConfig(StrictModel):
         if v is not None and any(t < 0 for t in v):
             raise ValueError(f"budget_sweep_temperatures must be numbers >= 0, got {v}")
         return v
+
+    def budgets_replayed(self, temperature: float) -> list[int]:
+        """The sweep points taken from the EAGLE-3 greedy trace at `temperature` (see
+        `budget_sweep_greedy`): none but at T = 0, with a chosen budget and the eagle3 method run."""
+        if self.budget_sweep_greedy != "replay" or temperature != 0.0 or self.budget_chosen is None:
+            return []
+        if "eagle3" not in self.methods or "budget" not in self.methods:
+            return []
+        return [b for b in self.budgets_at(temperature) if b != self.budget_chosen]
 
     def budgets_at(self, temperature: float) -> list[int]:
         """The static budgets run at `temperature`: the whole sweep, or only the chosen one where

@@ -15,7 +15,8 @@ in what they send:
   oracle    the EAGLE-3 trace probed at every paragraph break, then replayed with the budget that
             stops right after the oracle break (the limit any exit at paragraph breaks can reach)
 Each returns a `Result`; latency is the wall clock of all its requests, probes included.
-`batched` runs one single-request method over many problems in one generate (accuracy only).
+`batched` runs one single-request method over many problems in one generate (accuracy only);
+`budget_replay` takes a greedy budget's output from the EAGLE-3 greedy trace (the sweep's curve).
 """
 
 from __future__ import annotations
@@ -389,6 +390,30 @@ def oracle_replay(ids: Ids, prompt: list[int], eagle: Result, pr: dict, common: 
     )
     res.oracle = pr
     return res
+
+
+def budget_replay(ids: Ids, prompt: list[int], eagle: Result, budget: int, *, opened: bool, max_tokens: int) -> Method:
+    """A static budget at greedy, from the EAGLE-3 greedy trace: a greedy budget run follows that
+    very trace until it has `budget` think tokens, where the engine's `max_think_tokens` forces
+    `</think>`. A trace that thinks <= `budget` tokens is the budget's output as it is (no request);
+    a longer one keeps its first `budget` think tokens, closes the block, and the answer is generated
+    greedily (one request, its prefix cached)."""
+    comp = list(eagle.completion)
+    info = {"replayed": "eagle3 greedy trace", "timed": False, "batched": True}
+    if eagle.think_tokens <= budget:
+        return Result(comp, eagle.think_tokens, eagle.answer_tokens, requests=0, info=info)
+        yield  # a generator that sends nothing
+    start = 0 if opened else comp.index(ids.think_start) + 1
+    prefix = comp[: start + budget] + [ids.think_end]
+    out: list[int] = []
+    if len(prefix) < max_tokens:
+        o = yield Req(
+            prompt + prefix, dict(max_tokens=max_tokens - len(prefix), temperature=0.0, seed=None, extra=False)
+        )
+        out, info["finish_reason"] = list(o.token_ids), o.finish_reason
+    completion = (prefix + out)[:max_tokens]
+    think, ans = _counts(ids, completion, opened)
+    return Result(completion, think, ans, requests=int(len(prefix) < max_tokens), info=info)
 
 
 def oracle(

@@ -31,6 +31,7 @@ from pipelines.evaluate.methods import (
     Result,
     batched,
     budget_extra,
+    budget_replay,
     deer,
     drive,
     drive_lockstep,
@@ -239,6 +240,16 @@ class EvalWorker:
             "budget": budget_extra(int(setting) if setting else 0),
         }[m]
 
+    def _replayed(self, temp: float) -> list[tuple[str, str]]:
+        """The budget jobs taken from the EAGLE-3 greedy trace at `temp` (`budget_sweep_greedy`)."""
+        return [("budget", str(b)) for b in self.cfg.budgets_replayed(temp)]
+
+    def _replay(self, prompt: list[int], eagle: Result, setting: str):
+        """The request generator of one replayed budget point."""
+        return budget_replay(
+            self.ids, prompt, eagle, int(setting), opened=self._opened(prompt), max_tokens=self.cfg.max_tokens
+        )
+
     def _peer(self, m: str, prompt: list[int], common: dict, decode):
         """The request generator of a multi-request peer (DEER / Dynasor) on one problem."""
         if m == "deer":
@@ -256,8 +267,9 @@ class EvalWorker:
         out: dict = {row["id"]: {} for row, _ in problems}
         if not problems:
             return out
+        replayed = self._replayed(temp)
         for m, setting in self._jobs(temp):
-            if m not in SINGLE_REQUEST or (only is not None and (m, setting) not in only):
+            if m not in SINGLE_REQUEST or (only is not None and (m, setting) not in only) or (m, setting) in replayed:
                 continue
             gen = self.plain if m == "plain" else self.spec
             try:
@@ -281,6 +293,21 @@ class EvalWorker:
                 out[row["id"]][(m, setting)] = r
         if only is not None:
             return out
+        with_eagle = [(row, p) for row, p in problems if ("eagle3", "") in out[row["id"]]]
+        if replayed and with_eagle:  # the sweep's greedy points from the EAGLE-3 traces, one generate
+            try:
+                t0 = time.perf_counter()
+                res = drive_lockstep(
+                    self.spec,
+                    [self._replay(p, out[row["id"]][("eagle3", "")], s) for row, p in with_eagle for _, s in replayed],
+                )
+                self._took("budget sweep (replayed)", temp, len(with_eagle), t0)
+            except Exception:  # noqa: BLE001 -- the per-problem path then generates the points
+                traceback.print_exc()
+            else:
+                pairs = [(row["id"], job) for row, _ in with_eagle for job in replayed]
+                for (pid, job), r in zip(pairs, res):
+                    out[pid][job] = r
         decode = lambda t: self.tok.decode(t, skip_special_tokens=False)  # noqa: E731
         for m in ("deer", "dynasor"):  # many requests per problem: all problems' loops in lockstep
             if m not in self.methods:
@@ -342,13 +369,19 @@ class EvalWorker:
         decode = lambda t: self.tok.decode(t, skip_special_tokens=False)  # noqa: E731
         rows, eagle = [], None
         pre = pre or {}
-        for m, setting in method_order(self._jobs(temp), seed):
+        replayed = [j for j in self._replayed(temp) if j not in pre]
+        jobs = method_order([j for j in self._jobs(temp) if j not in replayed], seed)
+        for m, setting in jobs + replayed:  # the replayed sweep points last: they read the eagle3 trace
             try:
                 gen = self.plain if m == "plain" else self.spec
                 p = self._prompt(row["prompt"], think=False) if m == "nothink" else prompt
                 opened = self._opened(p)
                 if (m, setting) in pre:
                     res = pre[(m, setting)]
+                elif (m, setting) in replayed:
+                    if eagle is None:
+                        raise RuntimeError("the replayed budget needs the eagle3 trace, which failed")
+                    res = drive(gen, self._replay(p, eagle[0], setting))
                 elif m in ("deer", "dynasor"):
                     res = timed(gen, partial(drive, gen, self._peer(m, p, common, decode)))
                 elif m == "oracle":
@@ -479,6 +512,7 @@ class EvalWorker:
         timed = [(r, p) for r, p, _ in todo if r.get("timed", True)]
         for t in self.cfg.temperatures:
             sweep_only = {("budget", str(b)) for b in self.cfg.budgets_at(t) if b != self.cfg.budget_chosen}
+            sweep_only -= set(self._replayed(t))  # those follow each problem's eagle3 run (`_methods`)
             if self.cfg.budget_chosen is not None and "budget" in self.methods and timed and sweep_only:
                 for pid, res in self._batched(timed, t, only=sweep_only).items():
                     pre[t].setdefault(pid, {}).update(res)

@@ -38,7 +38,15 @@ def run(tmp_path_factory):
     src.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     cfg = yaml.safe_load((REPO_ROOT / "examples/toy/evaluate.yaml").read_text())
     # latency timed on p0 only: p1 and p2 take the batched path (one generate per single-request method)
-    cfg.update(methods=METHODS, budget_sweep=[16, 48], batch_size=4, temperatures=[0.0, 0.6], latency_problems=1)
+    # budget 48 "chosen on dev": at T = 0 the sweep's other point (16) is replayed from the EAGLE-3 trace
+    cfg.update(
+        methods=METHODS,
+        budget_sweep=[16, 48],
+        budget_chosen=48,
+        batch_size=4,
+        temperatures=[0.0, 0.6],
+        latency_problems=1,
+    )
     cfg["input"] = {"kind": "jsonl", "path": str(src), "gold_column": "gold"}
     cfg["engine"]["model"] = str(REPO_ROOT / cfg["engine"]["model"])
     cfg["draft"] = str(REPO_ROOT / cfg["draft"])
@@ -86,10 +94,19 @@ def test_every_method_records_its_fields(run):
     assert set(run["full"]["by_temperature"]) == {"0", "0.6"}
 
 
+def _replayed(r: dict) -> bool:
+    return r["method"] == "budget" and r["setting"] == "16" and r["temperature"] == 0.0
+
+
 def test_untimed_problems_run_batched(run):
     ok = [r for r in run["rows"] if r["status"] == "ok"]
     for r in ok:
         info = json.loads(r["info"])
+        if r["method"] == "budget" and r["setting"] == "16":  # the sweep's curve, not the chosen budget:
+            assert info["batched"] and r["latency_s"] is None  # untimed, on the timed problem too
+            if _replayed(r):  # at T = 0 from the eagle3 trace: at most one request
+                assert info["replayed"] and r["requests"] in (0, 1)
+            continue
         if r["problem_id"] == "p0":
             assert r["latency_s"] > 0 and "timed" not in info
         else:
@@ -119,6 +136,29 @@ def test_method_invariants(run):
             assert len(d[("eagle3", "")]["signal_confidence"]) == len(d[("eagle3", "")]["completion_token_ids"])
     m0 = run["full"]["by_temperature"]["0"]["methods"]
     assert m0["deer"]["probe_requests"] > 0 and m0["oracle"]["probe_requests"] > 0
+
+
+def test_replayed_greedy_sweep_point_equals_the_generated_one(run, tmp_path):
+    """The sweep point replayed from the EAGLE-3 greedy trace (budget 16 at T = 0) is token for token
+    what the engine's `max_think_tokens` generates: the same problems, `budget_sweep_greedy: generate`."""
+    cfg = yaml.safe_load(run["cfg"].read_text())
+    cfg.update(methods=["eagle3", "budget"], temperatures=[0.0], budget_sweep_greedy="generate", latency_problems=0)
+    path = tmp_path / "generate.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    out = tmp_path / "out"
+    run_json([sys.executable, "-m", "pipelines.evaluate", "--config", str(path), "--output", str(out)], timeout=600)
+    generated = {r["id"]: r for f in out.glob("part-*.parquet") for r in pq.read_table(f).to_pylist()}
+    replayed = {r["id"]: r for r in run["rows"] if r["status"] == "ok" and _replayed(r)}
+    assert len(replayed) == 3 and any(r["requests"] == 1 for r in replayed.values())  # some traces were cut
+    for rid, r in replayed.items():
+        g = generated[rid]
+        assert "replayed" not in json.loads(g["info"])
+        assert r["completion_token_ids"] == g["completion_token_ids"], rid
+        assert (r["think_tokens"], r["answer_tokens"], r["correct"]) == (
+            g["think_tokens"],
+            g["answer_tokens"],
+            g["correct"],
+        )
 
 
 def test_report_files(run):

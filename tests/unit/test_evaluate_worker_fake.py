@@ -139,6 +139,48 @@ def test_the_sweep_runs_only_at_its_temperatures_elsewhere_the_chosen_budget(tmp
     assert w.cfg.budgets_at(0.6) == w.cfg.budgets_at(0.0) == [8, 16]
 
 
+def test_greedy_sweep_points_are_replayed_from_the_eagle3_trace(tmp_path):
+    """At T = 0 the sweep's points other than the chosen budget come from each problem's EAGLE-3
+    trace (timed or not): no budget request for them; a trace thinking longer than the budget is cut
+    after `budget` think tokens, closed, and its answer generated greedily; at T = 0.6 the sweep
+    still runs as budget requests; "generate" runs every point as a request again."""
+    w = _worker(tmp_path, ["eagle3", "budget"])
+    w.cfg = w.cfg.model_copy(update={"budget_sweep": [1, 8, 16], "budget_chosen": 16})
+    assert w.cfg.budgets_replayed(0.0) == [1, 8] and w.cfg.budgets_replayed(0.6) == []
+    batch = pa.Table.from_pylist(
+        [
+            {"id": f"p{i}", "prompt": "Compute from left to right : 3 + 4", "gold": "7", "timed": i == 0}
+            for i in range(3)
+        ]
+    )
+    w(batch)
+    rows = {r["id"]: r for f in (tmp_path / "out").glob("part-*.parquet") for r in pq.read_table(f).to_pylist()}
+    assert len(rows) == 3 * 2 * 4 and all(r["status"] == "ok" for r in rows.values())
+    sent = {
+        (sp["temperature"], sp["extra"]["max_think_tokens"])
+        for _, sp in w.spec.calls
+        if isinstance(sp.get("extra"), dict)
+    }
+    assert sent == {(0.0, 16), (0.6, 1), (0.6, 8), (0.6, 16)}  # at T = 0 only the chosen budget is a request
+    end = w.ids.think_end
+    for pid in ("p0", "p1", "p2"):
+        eagle = rows[f"{pid}/T0/eagle3"]
+        assert eagle["think_tokens"] == 2  # the fake reply thinks "4" "\n\n"
+        same, cut = rows[f"{pid}/T0/budget/8"], rows[f"{pid}/T0/budget/1"]
+        for r in (same, cut):
+            info = json.loads(r["info"])
+            assert info["replayed"] and r["latency_s"] is None and info["timed"] is False
+        assert same["completion_token_ids"] == eagle["completion_token_ids"] and same["requests"] == 0
+        assert cut["requests"] == 1 and cut["think_tokens"] == 1
+        assert cut["completion_token_ids"][:2] == [eagle["completion_token_ids"][0], end]
+        assert cut["completion_token_ids"][2:] == w.spec.reply  # the greedy answer after `</think>`
+        chosen = json.loads(rows[f"{pid}/T0/budget/16"]["info"])
+        assert "replayed" not in chosen
+        assert "replayed" not in json.loads(rows[f"{pid}/T0.6/budget/1"]["info"])
+    w.cfg = w.cfg.model_copy(update={"budget_sweep_greedy": "generate"})
+    assert w.cfg.budgets_replayed(0.0) == []
+
+
 def test_timed_subset_none_all_or_first_n():
     from pipelines.evaluate.job import timed_ids
 
