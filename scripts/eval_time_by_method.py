@@ -13,7 +13,7 @@ import json
 import re
 from collections import defaultdict
 
-LINE = re.compile(r"\[evaluate\] T=(\S+) (\S+): (\d+) problem\(s\) (batched|timed)\S* .*?in ([\d.]+)s")
+LINE = re.compile(r"\[evaluate\] T=(\S+) (.+?): (\d+) problem\(s\) (batched|timed)\S* .*?in ([\d.]+)s")
 
 
 def time_by_method(lines) -> dict:

@@ -4,6 +4,8 @@
 - `paired_diff_ci95(a, b)`: the paired difference a - b in accuracy (problems resampled once for both
   methods, so what the two share cancels), with its percentile bootstrap interval.
 - `within_points(diff, points)`: a "within N points" target judged on the interval, not the point estimate.
+- `paired_ratio_ci95(num, den)`: a speed-up, mean latency of `num` over that of `den` on the same timed
+  problems, with its percentile bootstrap interval (problems resampled once for both).
 
 The same seed gives the same interval, so a summary is reproducible from its rows.
 """
@@ -51,3 +53,20 @@ def within_points(diff: Mapping | None, points: float) -> bool | None:
     if not diff:
         return None
     return diff["ci95"][0] >= -points - 1e-9
+
+
+def paired_ratio_ci95(
+    num: Mapping[str, float], den: Mapping[str, float], *, seed: int = SEED, resamples: int = RESAMPLES
+) -> dict | None:
+    """mean(num) / mean(den) over the problems both timed (keys: problem ids), e.g. EAGLE-3's latency
+    over SpecExit's: {"ratio", "ci95": [low, high], "n"}; None when they share no problem."""
+    common = sorted(set(num) & set(den))
+    if not common:
+        return None
+    a = np.asarray([float(num[k]) for k in common])
+    b = np.asarray([float(den[k]) for k in common])
+    if b.sum() <= 0:
+        return None
+    idx = np.random.default_rng(seed).integers(0, a.size, size=(resamples, a.size))
+    lo, hi = _percentiles(a[idx].sum(axis=1) / np.maximum(b[idx].sum(axis=1), 1e-12))
+    return {"ratio": float(a.sum() / b.sum()), "ci95": [lo, hi], "n": len(common)}

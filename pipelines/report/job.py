@@ -221,6 +221,12 @@ def _vs(diff) -> str:
     return "-" if not diff else f"{diff['points']:+.1f} {_ci(diff['ci95'], 1.0)}"
 
 
+def _speedup(r: dict, ratio: float | None) -> str:
+    """The speed-up vs eagle3, with its paired 95% interval over the timed problems when recorded."""
+    sp = r.get("speedup_vs_eagle3")
+    return _fmt(ratio, 2) + (f" {_ci(sp['ci95'], 1.0, 2)}" if ratio is not None and sp else "")
+
+
 def method_table(d: dict) -> list[str]:
     e = d["methods"].get("eagle3", {}).get("latency_s")
     lines = [
@@ -237,7 +243,7 @@ def method_table(d: dict) -> list[str]:
         lines.append(
             f"| {name} | {100 * r['accuracy']:.1f}% | {_ci(r.get('accuracy_ci95'))} | {_vs(r.get('accuracy_vs_eagle3'))} "
             f"| {r['think_tokens']:.1f} | {r['answer_tokens']:.1f} | {_fmt(None if lat is None else 1000 * lat, 1)} | "
-            f"{_fmt(e / lat if e and lat else None, 2)} | "
+            f"{_speedup(r, e / lat if e and lat else None)} | "
             f"{_fmt(r.get('acceptance_length'), 2)} | {r['probe_requests']:.2f} | {r['requests']:.2f} | {r['n']} |"
         )
     return lines

@@ -5,7 +5,7 @@ import pytest
 
 from pipelines.calibrate.config import CalibrateConfig
 from pipelines.calibrate.job import grid_edges
-from pipelines.evaluate.intervals import accuracy_ci95, paired_diff_ci95, within_points
+from pipelines.evaluate.intervals import accuracy_ci95, paired_diff_ci95, paired_ratio_ci95, within_points
 from pipelines.evaluate.job import aggregate, target_checks
 from pipelines.evaluate.order import method_order
 from specexit_core.exit import ExitConfig
@@ -34,6 +34,18 @@ def test_paired_diff_cancels_what_both_share():
     assert within_points(same, 1.0) is True and within_points(None, 1.0) is None
     assert paired_diff_ci95({"x": True}, {"y": True}) is None  # no shared problem
     assert paired_diff_ci95({"x": True, "z": True}, {"x": False})["n"] == 1  # only shared problems count
+
+
+def test_paired_ratio_is_the_speedup_of_means_with_its_interval():
+    ids = [f"p{i}" for i in range(10)]
+    eagle = {k: 1.0 + 0.1 * i for i, k in enumerate(ids)}
+    exact = paired_ratio_ci95(eagle, {k: v / 2 for k, v in eagle.items()})
+    assert exact["ratio"] == pytest.approx(2.0) and exact["ci95"] == pytest.approx([2.0, 2.0]) and exact["n"] == 10
+    noisy = {k: v / (1.5 if i % 2 else 2.5) for i, (k, v) in enumerate(eagle.items())}  # 1.5x and 2.5x alternate
+    r = paired_ratio_ci95(eagle, noisy)
+    assert r["ci95"][0] < r["ratio"] < r["ci95"][1] and r["ci95"][0] > 1.5 and r["ci95"][1] < 2.5
+    assert paired_ratio_ci95(eagle, noisy) == r  # seeded
+    assert paired_ratio_ci95({"x": 1.0}, {"y": 1.0}) is None and paired_ratio_ci95({}, {}) is None
 
 
 def test_method_order_shuffles_per_seed_and_keeps_oracle_after_eagle3():
@@ -84,3 +96,12 @@ def test_aggregate_intervals_and_timed_subset():
     assert d["sweeps"]["budget"][0]["accuracy_vs_eagle3"]["ci95"] == [0.0, 0.0]
     chk = target_checks(d["methods"])["accuracy_within_1_point_of_eagle3"]
     assert chk["value"] == pytest.approx(2.5) and not chk["pass"] and chk["ci95_points"][0] < -1
+    # the speed-up over EAGLE-3, paired on the 10 timed problems (every one 2.5x here: no spread)
+    assert s["speedup_vs_eagle3"]["ratio"] == pytest.approx(2.5) and s["speedup_vs_eagle3"]["n"] == 10
+    assert d["methods"]["deer"]["speedup_vs_eagle3"]["ratio"] == pytest.approx(2.0)  # untimed 9.0s left out
+    sp = target_checks(d["methods"])["speedup_vs_eagle3"]
+    assert sp["value"] == pytest.approx(2.5) and sp["ci95"] == pytest.approx([2.5, 2.5])
+    from pipelines.report.job import method_table
+
+    (line,) = [x for x in method_table(d) if x.startswith("| specexit |")]
+    assert "| 2.50 [2.50, 2.50] |" in line  # the report's speed-up column carries the interval
