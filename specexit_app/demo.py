@@ -6,8 +6,7 @@
 
 Every stage is the standalone job (`python -m pipelines.<stage>`, `specexit calibrate`, `serve run`)
 called in-process with its config from `examples/toy/demo.yaml` pointed at one work folder. The
-last stdout line with `--json` is `{"methods": {name: {accuracy, think_tokens, latency_s,
-probe_requests}}}` for the greedy run.
+last stdout line with `--json` is `{"methods": {name: {SUMMARY_FIELDS}}}` for the greedy run.
 """
 
 from __future__ import annotations
@@ -36,8 +35,18 @@ SUMMARY_METHODS = (
     "oracle",
 )
 # accuracy_ci95: [low, high], 95% bootstrap over problems; accuracy_vs_eagle3: the paired
-# difference in points with its interval ({"points", "ci95", "n"}; null for eagle3 itself)
-SUMMARY_FIELDS = ("accuracy", "accuracy_ci95", "accuracy_vs_eagle3", "think_tokens", "latency_s", "probe_requests")
+# difference in points with its interval ({"points", "ci95", "n"}; null for eagle3 itself);
+# speedup_vs_eagle3: eagle3's latency over the method's on the timed problems, with its paired
+# interval ({"ratio", "ci95", "n"}; null for eagle3 itself)
+SUMMARY_FIELDS = (
+    "accuracy",
+    "accuracy_ci95",
+    "accuracy_vs_eagle3",
+    "think_tokens",
+    "latency_s",
+    "probe_requests",
+    "speedup_vs_eagle3",
+)
 
 
 class Stages:

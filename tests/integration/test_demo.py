@@ -29,12 +29,21 @@ def test_main_demo_quick(tmp_path, monkeypatch):
     )
     names = {"plain", "eagle3", "specexit", "specexit_paper", "budget", "deer", "dynasor", "nothink", "oracle"}
     assert set(res["methods"]) == names
-    fields = {"accuracy", "accuracy_ci95", "accuracy_vs_eagle3", "think_tokens", "latency_s", "probe_requests"}
+    fields = {
+        "accuracy",
+        "accuracy_ci95",
+        "accuracy_vs_eagle3",
+        "think_tokens",
+        "latency_s",
+        "probe_requests",
+        "speedup_vs_eagle3",
+    }
     for name, m in res["methods"].items():
         assert set(m) == fields
         assert 0 <= m["accuracy"] <= 1 and m["latency_s"] > 0
         assert m["accuracy_ci95"][0] <= m["accuracy"] <= m["accuracy_ci95"][1]
         assert (m["accuracy_vs_eagle3"] is None) == (name == "eagle3")
+        assert (m["speedup_vs_eagle3"] is None) == (name == "eagle3")
     ms = res["methods"]
     assert ms["nothink"]["think_tokens"] == 0
     assert ms["deer"]["probe_requests"] > 0 and ms["dynasor"]["probe_requests"] > 0

@@ -22,7 +22,15 @@ from support.cli import run_json, specexit
 from support.ports import free_port
 
 METHODS = {"plain", "eagle3", "specexit", "specexit_paper", "budget", "deer", "dynasor", "nothink", "oracle"}
-FIELDS = {"accuracy", "accuracy_ci95", "accuracy_vs_eagle3", "think_tokens", "latency_s", "probe_requests"}
+FIELDS = {
+    "accuracy",
+    "accuracy_ci95",
+    "accuracy_vs_eagle3",
+    "think_tokens",
+    "latency_s",
+    "probe_requests",
+    "speedup_vs_eagle3",
+}
 STAGES = ["traces", "labels", "train_draft", "calibrate", "serve", "evaluate"]
 
 
@@ -81,6 +89,7 @@ def check_teacher_demo(run: DemoRun, spec) -> DemoArtifacts:
     for name, m in res["methods"].items():
         assert set(m) == FIELDS and 0 <= m["accuracy"] <= 1 and m["latency_s"] > 0
         assert (m["accuracy_vs_eagle3"] is None) == (name == "eagle3")
+        assert (m["speedup_vs_eagle3"] is None) == (name == "eagle3")
     assert res["methods"]["nothink"]["think_tokens"] == 0
     assert list(st) == STAGES
     assert st["traces"]["ok"] + st["traces"]["errors"] == st["traces"]["input_rows"] == cfg.problems
