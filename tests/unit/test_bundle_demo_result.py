@@ -25,17 +25,23 @@ def _m(acc, think, lat, speedup=None):
     return m
 
 
-def test_bundle_judges_by_the_teachers_recipe(tmp_path):
-    wd = tmp_path / "run"
-    (wd / "eval").mkdir(parents=True)
+def _work_folder(wd, demo: dict, methods: dict):
+    """A finished demo's folder as the bundler reads it: demo.json, the evaluation summary, the
+    calibrated file, the report and its pictures."""
+    (wd / "eval").mkdir(parents=True, exist_ok=True)
     (wd / "report").mkdir()
-    methods = {"eagle3": _m(0.9, 160.0, 1.7), "specexit": _m(0.9, 76.0, 1.0, 1.7), "oracle": _m(0.9, 60.0, 0.9, 1.9)}
-    (wd / "demo.json").write_text(json.dumps({"teacher": "qwen3-like", "targets": {"0": {"printed": "by the run"}}}))
+    (wd / "demo.json").write_text(json.dumps(demo))
     (wd / "eval" / "summary.json").write_text(json.dumps({"by_temperature": {"0": {"methods": methods}}}))
     (wd / "calibrated.json").write_text(json.dumps({"exit": {"method": "confidence"}}))
     (wd / "report" / "report.md").write_text("# report\n")
     for png in ("pareto.png", "latency.png", "signals.png"):
         Image.new("RGBA", (40, 30), (200, 30, 30, 255)).save(wd / "report" / png)
+
+
+def test_bundle_judges_by_the_teachers_recipe(tmp_path):
+    wd = tmp_path / "run"
+    methods = {"eagle3": _m(0.9, 160.0, 1.7), "specexit": _m(0.9, 76.0, 1.0, 1.7), "oracle": _m(0.9, 60.0, 0.9, 1.9)}
+    _work_folder(wd, {"teacher": "qwen3-like", "targets": {"0": {"printed": "by the run"}}}, methods)
     out = tmp_path / "bundle"
     checks = _load().bundle(wd, "qwen3-like", out, "specexit demo --teacher qwen3-like --json", "a test")["0"]
     # 76 / 60 = 1.27x the oracle: within issue #13's 1.3x, not the toy's 1.25x; 1.7x faster:
@@ -65,20 +71,13 @@ def test_a_run_without_speedup_intervals_gets_them_from_its_rows(tmp_path):
     from support.eval_rows import eval_row
 
     wd = tmp_path / "run"
-    (wd / "report").mkdir(parents=True)
     rows = []
     for i in range(10):
         rows += [eval_row(f"p{i}", "eagle3", True, latency=2.0), eval_row(f"p{i}", "specexit", True, latency=1.0)]
         rows += [eval_row(f"p{i}", "oracle", True, latency=0.8)]
     write_part(wd / "eval", pa.Table.from_pylist([dict(r, id=f"{r['problem_id']}/{r['method']}") for r in rows]))
     methods = {"eagle3": _m(0.9, 160.0, 2.0), "specexit": _m(0.9, 76.0, 1.0), "oracle": _m(0.9, 60.0, 0.8)}
-    summary = {"by_temperature": {"0": {"methods": methods}}}
-    (wd / "demo.json").write_text(json.dumps({"teacher": "qwen3-like", "by_temperature": {"0": methods}}))
-    (wd / "eval" / "summary.json").write_text(json.dumps(summary))
-    (wd / "calibrated.json").write_text(json.dumps({"exit": {"method": "confidence"}}))
-    (wd / "report" / "report.md").write_text("# report\n")
-    for png in ("pareto.png", "latency.png", "signals.png"):
-        Image.new("RGBA", (40, 30), (200, 30, 30, 255)).save(wd / "report" / png)
+    _work_folder(wd, {"teacher": "qwen3-like", "by_temperature": {"0": methods}}, methods)
     out = tmp_path / "bundle"
     checks = _load().bundle(wd, "qwen3-like", out, "cmd", "a test")["0"]
     assert checks["speedup_vs_eagle3"]["value"] == 2.0 and checks["speedup_vs_eagle3"]["ci95"] == [2.0, 2.0]
