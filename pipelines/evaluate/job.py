@@ -58,6 +58,14 @@ _AGG_COLUMNS = [
 ]
 
 
+def _timed_latency(r: dict) -> float | None:
+    """A row's latency where it counts: an ok row timed at concurrency 1 (batched and replayed rows have
+    none; `"timed": false` marks a problem left out of the latency means, the same subset for every method)."""
+    if r["status"] != "ok" or r["latency_s"] is None or not json.loads(r["info"] or "{}").get("timed", True):
+        return None
+    return float(r["latency_s"])
+
+
 def _aggregate(rows: list[dict]) -> dict:
     ok = [r for r in rows if r["status"] == "ok"]
     out: dict = {"n": len(ok), "errors": len(rows) - len(ok)}
@@ -66,7 +74,7 @@ def _aggregate(rows: list[dict]) -> dict:
     mean = lambda k: statistics.mean(float(r[k]) for r in ok)  # noqa: E731
     infos = [json.loads(r["info"] or "{}") for r in ok]
     # latency: the problems timed at concurrency 1 only (the same subset for every method)
-    lat = [float(r["latency_s"]) for r, i in zip(ok, infos) if r["latency_s"] is not None and i.get("timed", True)]
+    lat = [x for r in ok if (x := _timed_latency(r)) is not None]
     drafts = sum(r["num_drafts"] or 0 for r in ok)
     acc = sum(r["num_accepted"] or 0 for r in ok)
     out.update(
@@ -100,15 +108,11 @@ def aggregate(rows: list[dict], *, tolerance: float, budget_chosen: int | None =
             groups[(float(r["temperature"]), r["method"], r["setting"] or "")].append(r)
     by_t: dict = {}
     correct: dict = {}  # (temperature, method, setting) -> {problem id: correct}
-    latency: dict = {}  # (temperature, method) -> {problem id: latency at concurrency 1} (timed problems)
+    latency: dict = {}  # (temperature, method, setting) -> {problem id: latency at concurrency 1}
     for (t, m, s), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], int(kv[0][2] or 0))):
         d = by_t.setdefault(f"{t:g}", {"methods": {}, "sweeps": {}})
         correct[(f"{t:g}", m, s)] = {r["problem_id"]: bool(r["correct"]) for r in rs if r["status"] == "ok"}
-        latency[(f"{t:g}", m, s)] = {
-            r["problem_id"]: float(r["latency_s"])
-            for r in rs
-            if r["status"] == "ok" and r["latency_s"] is not None and json.loads(r["info"] or "{}").get("timed", True)
-        }
+        latency[(f"{t:g}", m, s)] = {r["problem_id"]: x for r in rs if (x := _timed_latency(r)) is not None}
         agg = _aggregate(rs)
         if m == "budget":
             d["sweeps"].setdefault("budget", []).append({"setting": int(s), **agg})
