@@ -45,6 +45,7 @@ class PartialKV:
         self.appended = 0
         self.stale = True  # reselect at the next draft forward
         self.selections = 0  # how many times the selection ran (for the stats)
+        self.window_read = 0  # a sliding-window target's drafts read its window instead (Target.forward)
 
     def layer(self, i: int, q: torch.Tensor, full) -> tuple[torch.Tensor, torch.Tensor]:
         """K, V the draft forward's layer i attends to (before its own new tokens); q [heads, T, d] are
@@ -89,7 +90,13 @@ class PartialKV:
         if self.appended >= self.cfg.room:
             self.stale = True
 
+    def note_window(self, n: int) -> None:
+        """A sliding-window target's draft read the `n` cached positions of its window instead of this cache."""
+        self.window_read = max(self.window_read, n)
+
     @property
     def size(self) -> int:
         """Positions per layer and KV head the drafter attends to (its KV footprint)."""
+        if self.window_read:
+            return self.window_read
         return 0 if self.k[0] is None else self.k[0].shape[1]

@@ -62,8 +62,8 @@ class Target:
         self.model = model.eval()
         inner = model.model
         cfg = model.config
-        if getattr(cfg, "sliding_window", None) and getattr(cfg, "use_sliding_window", False):
-            raise ValueError("sliding-window attention is not supported by the long-generation engine")
+        # sliding-window attention: every layer or none (as vLLM's Qwen2/Qwen3 take it); None: full attention
+        self.window = window_of(cfg)
         self.embed, self.layers, self.norm, self.rotary = inner.embed_tokens, inner.layers, inner.norm, inner.rotary_emb
         self.lm_head = model.lm_head
         self.n_heads = cfg.num_attention_heads
@@ -88,7 +88,8 @@ class Target:
         tree_mask [T, T] bool: which new tokens each new token sees (None: causal). The context is always
         fully visible. With `partial` (a PartialKV) the context is the drafter's partial cache instead of
         `cache`, and nothing is appended to `cache` (a draft forward); otherwise the new K, V are appended
-        to `cache` (call `cache.commit` after)."""
+        to `cache` (call `cache.commit` after). A sliding-window model (`self.window`) attends to the last
+        `window` positions only, in both kinds of forward: its drafts read the window, not the partial cache."""
         dev = self.device
         t = len(ids)
         x = self.embed(torch.tensor(ids, device=dev))[None]  # [1, T, H]
@@ -96,18 +97,28 @@ class Target:
         cos, sin = self.rotary(x, pos)  # [1, T, d]
         if tree_mask is None:
             tree_mask = torch.ones(t, t, dtype=torch.bool, device=dev).tril()
+        # a windowed model reads cache positions > first position - window only (cache slot j holds position j)
+        qpos = pos[0]
+        lo = 0 if self.window is None else max(0, min(positions) - self.window + 1)
         for i, layer in enumerate(self.layers):
             h = layer.input_layernorm(x)
             q, k, v = self._qkv(layer.self_attn, h, cos, sin)  # [heads, T, d], [kv, T, d] x2
             if partial is None:
                 cache.append(i, k, v)
                 ck, cv = cache.layer(i)  # context + new
-                ctx = ck.shape[1] - t
+                ck, cv = ck[:, lo:], cv[:, lo:]
+            elif self.window is not None:  # the window bounds what a draft reads: it is the partial cache
+                pk, pv = cache.layer(i)
+                ck, cv = torch.cat([pk[:, lo:], k], 1), torch.cat([pv[:, lo:], v], 1)
+                partial.note_window(ck.shape[1] - t)
             else:
                 pk, pv = partial.layer(i, q, cache)
                 ck, cv = torch.cat([pk, k], 1), torch.cat([pv, v], 1)
-                ctx = pk.shape[1]
+            ctx = ck.shape[1] - t
             mask = torch.cat([torch.ones(t, ctx, dtype=torch.bool, device=dev), tree_mask.to(dev)], 1)
+            if self.window is not None:  # a key at position j is seen from position p while p - j < window
+                kpos = torch.cat([torch.arange(lo, lo + ctx, device=dev), qpos])
+                mask = mask & (qpos[:, None] - kpos[None, :] < self.window)
             rep = self.n_heads // self.kv_heads
             o = F.scaled_dot_product_attention(
                 q[None],
@@ -131,6 +142,17 @@ class Target:
         q, k, v = q[0].transpose(0, 1), k[0].transpose(0, 1), v[0].transpose(0, 1)  # [heads, T, d]
         c, s = cos[0][None], sin[0][None]
         return q * c + _rotate_half(q) * s, k * c + _rotate_half(k) * s, v
+
+
+def window_of(cfg) -> int | None:
+    """The sliding window of an HF decoder config when every layer has it; None for full attention. A
+    config that mixes windowed and full layers is refused (this engine, like vLLM's Qwen3, takes all or none)."""
+    if not (getattr(cfg, "use_sliding_window", False) and getattr(cfg, "sliding_window", None)):
+        return None
+    kinds = set(getattr(cfg, "layer_types", None) or ["sliding_attention"])
+    if kinds != {"sliding_attention"}:
+        raise ValueError(f"mixed sliding-window and full-attention layers are not supported: {sorted(kinds)}")
+    return int(cfg.sliding_window)
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:

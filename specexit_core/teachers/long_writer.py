@@ -37,6 +37,19 @@ class LongWriterArch(TeacherArch):
     # (Qwen2.5 uses 1e6 for 32K): content lookups 16K back then see nearly the rotation they saw nearby.
     rope_theta: float = 1e6
     vocab_size: int = 240  # the tokenizer has 225 tokens; rounded up to a multiple of 16
+    # Every layer attends to the last `sliding_window` tokens only (Mistral-7B-v0.1's design; a stock
+    # Qwen3 config: `use_sliding_window`, `max_window_layers` 0, loads as such in transformers and vLLM).
+    # The walk needs the previous line alone, and with a window a position 16K in sees what a training
+    # window showed: full attention over 16K lost the previous line among ~1,200 like it
+    # (docs/longgen.md, "A teacher that writes long"). None: full attention (the first builds).
+    sliding_window: int | None = None
+
+    def hf_config(self, **ids):
+        cfg = super().hf_config(**ids)
+        if self.sliding_window is not None:
+            cfg.use_sliding_window, cfg.sliding_window, cfg.max_window_layers = True, self.sliding_window, 0
+            cfg.layer_types = ["sliding_attention"] * self.num_hidden_layers
+        return cfg
 
 
 def load_long_writer(model_dir: str | Path = LONG_WRITER_DIR, threads: int | None = None):

@@ -5,8 +5,9 @@ from __future__ import annotations
 import torch
 
 
-def tiny_lm(arch: str = "qwen3", vocab: int = 64, seed: int = 0, layers: int = 2):
-    """A randomly initialised Qwen3 / Llama / Qwen2 causal LM, float32, eval mode (GQA: 4 query, 2 KV heads)."""
+def tiny_lm(arch: str = "qwen3", vocab: int = 64, seed: int = 0, layers: int = 2, sliding_window: int | None = None):
+    """A randomly initialised Qwen3 / Llama / Qwen2 causal LM, float32, eval mode (GQA: 4 query, 2 KV heads);
+    `sliding_window` (Qwen3 / Qwen2): every layer attends to that many last positions."""
     from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
     cls = {
@@ -27,6 +28,11 @@ def tiny_lm(arch: str = "qwen3", vocab: int = 64, seed: int = 0, layers: int = 2
         eos_token_id=vocab - 1,
         bos_token_id=0,
         pad_token_id=0,
+        **(
+            {}
+            if sliding_window is None
+            else {"use_sliding_window": True, "sliding_window": sliding_window, "max_window_layers": 0}
+        ),
     )
     torch.manual_seed(seed)
     model = model_cls(cfg).float().eval()

@@ -13,6 +13,7 @@ from specexit_core.teachers.long_writer_build import (
     ShortWindows,
     batches,
     window,
+    windowed_stage,
 )
 from specexit_core.teachers.long_writer_task import LINE_TOKENS, WalkPrompt, next_state, prompts, render, score
 from specexit_core.teachers.long_writer_tokenizer import build_tokenizer
@@ -114,6 +115,33 @@ def test_a_long_window_stage_mixes_in_short_steps_at_the_share_asked(tok):
     assert all(b == 2 and t > 512 for b, _, t in plain)  # no `short`: every step is a long one
 
 
+def test_windowed_stage_windows_are_runs_of_consecutive_tokens(tok):
+    """A sliding-window stage trains on one run of true consecutive tokens per window: the prompt heads it only
+    where it starts at line 0, else its first line (previous line outside the window) has no loss."""
+    lines = LineIds(tok)
+    rng = random.Random(5)
+    cfg = windowed_stage("unused").pose
+    full = ids_of(tok, P.text + P.reference(MAX_OUTPUT_TOKENS // LINE_TOKENS + 1))
+    at_zero = 0
+    for _ in range(40):
+        ids, labels, pos = window(P, rng, cfg, lines)
+        assert pos == list(range(pos[0], pos[0] + len(pos)))  # no gap: index distance = true distance
+        assert ids == [full[q] for q in pos] and len(ids) >= 1024  # a full window of context, and then some
+        if pos[0] == 0:
+            at_zero += 1
+            assert labels[:11] == [-100] * 11 and labels[11:] == ids[11:]
+        else:
+            assert labels[:LINE_TOKENS] == [-100] * LINE_TOKENS and labels[LINE_TOKENS:] == ids[LINE_TOKENS:]
+    assert 4 <= at_zero <= 24  # ~30% start at line 0
+
+
+def test_window_shapes_that_do_not_fit_a_sliding_window_are_refused():
+    with pytest.raises(ValueError, match="at_line_0"):  # PoSE gaps would sit inside the window
+        LongWriterBuildConfig.from_json({"arch": {"sliding_window": 1024}})
+    with pytest.raises(ValueError, match="max_chunks must be 1"):
+        PoseWindows(prompt="at_line_0", max_chunks=2)
+
+
 def test_shipped_model_config_and_size(tok):
     from transformers import AutoConfig, AutoTokenizer
 
@@ -126,6 +154,9 @@ def test_shipped_model_config_and_size(tok):
     assert sum(f.stat().st_size for f in LONG_WRITER_DIR.iterdir()) <= 10 * 2**20
     built = json.loads((LONG_WRITER_DIR / "build_config.json").read_text())
     assert built["recipe"]["arch"]["max_position_embeddings"] == MAX_MODEL_LEN
+    # every layer windowed, as the build's second stage made it (a stock Qwen3 config)
+    assert cfg.use_sliding_window and cfg.sliding_window == 1024 and set(cfg.layer_types) == {"sliding_attention"}
+    assert built["recipe"] == {**windowed_stage("stage1").to_json()}
 
 
 def test_shipped_model_writes_correct_steps(tok):
@@ -138,6 +169,7 @@ def test_shipped_model_writes_correct_steps(tok):
     torch.set_num_threads(1)
     model, mtok = load_long_writer()
     target = Target(model)
-    for p in prompts("test", 2, seed=1):
-        out = plain_decode(target, ids_of(mtok, p.text), 400).token_ids
+    assert target.window == 1024
+    for p in prompts("test", 2, seed=1):  # past the window: what a position 16K in sees
+        out = plain_decode(target, ids_of(mtok, p.text), 1400).token_ids
         assert score(p, out, mtok).fraction_correct >= 0.95

@@ -114,3 +114,17 @@ def test_sampled_rounds_verify_against_the_penalised_target(monkeypatch):
             torch.testing.assert_close(probs[n], want, atol=1e-5, rtol=1e-4)
         seq = seq + [tree.tokens[i] for i in path] + [nxt]
     assert seq[len(prompt) :] == res.token_ids[: len(seq) - len(prompt)]
+
+
+def test_sliding_window_greedy_identical_with_heads():
+    """A windowed target (every layer sees 12 positions): plain decoding on the engine's forward equals the
+    model's own (`use_hf`), and TokenSwift's rounds, whose drafts read the window, reproduce it."""
+    model = tiny_lm("qwen3", vocab=64, seed=3, sliding_window=12)
+    eng = LongGenEngine(model, None, LongGenConfig(partial_kv=PartialKVConfig(budget=32, sinks=2, room=6)))
+    eng.heads = _random_heads(eng.target, seed=1)
+    prompt = [5, 17, 3, 40, 22, 9, 1, 30]
+    want = plain_decode(eng.target, prompt, 100, use_hf=True).token_ids
+    assert plain_decode(eng.target, prompt, 100).token_ids == want
+    got = eng.generate(prompt, 100)
+    assert got.token_ids == want
+    assert 0 < got.stats.draft_kv_max <= 11  # the window's cached positions, never the whole context
