@@ -6,8 +6,8 @@
 Needs PyTorch and transformers only (no vLLM, no Ray, no network) plus this checkout's pure-Python
 dependencies (the lent H200 image lacks pydantic: carry its wheels, docs/runbook.md).
 
-1. **Heads.** The long writer's TokenSwift heads do not ship (`LONG_WRITER_HEADS_DIR`), so they are trained
-   here, on the GPU, as the toy's are in-process (`longgen.toy_setup`): on the teacher's own sampled
+1. **Heads.** Trained here, on the GPU, with the GPU's plan (`teachers/long_writer_heads.py`, as `specexit
+   long-writer heads` trains the shipped ones on a CPU): on the teacher's own sampled
    continuations (T = 0.7, half with the penalty on) of the long writer's train prompts; top-1 accuracy per
    head on held-out continuations.
 2. **Rows.** `specexit bench longgen`'s torch rows (`plain`, `tokenswift`) on the long writer, greedy and
@@ -32,33 +32,18 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from specexit_core.bench.longgen_bench import LongGenBenchConfig, default_penalty, run_bench  # noqa: E402
-from specexit_core.longgen.target import Target  # noqa: E402
-from specexit_core.longgen.toy_setup import train_heads_on_teacher_text  # noqa: E402
-from specexit_core.teachers import long_writer_task as task  # noqa: E402
-from specexit_core.teachers.long_writer import LONG_WRITER_DIR  # noqa: E402
-from specexit_core.toy.hf_generate import load_teacher  # noqa: E402
+from specexit_core.bench.longgen_bench import LongGenBenchConfig, run_bench  # noqa: E402
+from specexit_core.teachers.long_writer_heads import LongWriterHeadsConfig, train_long_writer_heads  # noqa: E402
 
 FULL = dict(lengths=(1024, 4096, 16384), head_len=2048, seqs=32, steps=1000, batch_positions=8192)
 SMOKE = dict(lengths=(24, 48), head_len=32, seqs=2, steps=10, batch_positions=256)
 
 
-def train_long_writer_heads(device: str, *, head_len: int, seqs: int, steps: int, batch_positions: int, out: Path):
-    model, tok = load_teacher(LONG_WRITER_DIR)
-    model = model.to(device)
-    prompts = [tok(p.text, add_special_tokens=False)["input_ids"] for p in task.prompts("train", seqs + 4, seed=1)]
-    _, info = train_heads_on_teacher_text(
-        model,
-        Target(model),
-        prompts[:seqs],
-        prompts[seqs:],
-        length=head_len,
-        steps=steps,
-        penalty=default_penalty("long-writer"),
-        out=out,
-        batch_positions=batch_positions,
+def train_heads(device: str, *, head_len: int, seqs: int, steps: int, batch_positions: int, out: Path):
+    cfg = LongWriterHeadsConfig(
+        head_len=head_len, seqs=seqs, steps=steps, batch_positions=batch_positions, threads=torch.get_num_threads()
     )
-    return info | {"seqs": seqs, "tokens_per_seq": head_len}
+    return train_long_writer_heads(cfg, out, device=device)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -88,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         out.write_text(json.dumps(res, indent=2) + "\n")
 
     t0 = time.perf_counter()
-    res["heads"] = train_long_writer_heads(
+    res["heads"] = train_heads(
         device, **{k: plan[k] for k in ("head_len", "seqs", "steps", "batch_positions")}, out=Path(args.heads_dir)
     )
     print(f"heads: {json.dumps(res['heads'])}", flush=True)

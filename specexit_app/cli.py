@@ -239,6 +239,17 @@ def cmd_long_writer_build(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_long_writer_heads(args: argparse.Namespace) -> int:
+    from specexit_core.teachers.long_writer import LONG_WRITER_HEADS_DIR
+    from specexit_core.teachers.long_writer_heads import LongWriterHeadsConfig, train_long_writer_heads
+
+    names = ("seqs", "head_len", "steps", "batch_positions", "threads")
+    cfg = LongWriterHeadsConfig(**{k: getattr(args, k) for k in names if getattr(args, k) is not None})
+    info = train_long_writer_heads(cfg, Path(args.out or LONG_WRITER_HEADS_DIR))
+    print(json.dumps(info))
+    return 0
+
+
 def cmd_long_writer_check(args: argparse.Namespace) -> int:
     from specexit_core.teachers.long_writer import LONG_WRITER_DIR
     from specexit_core.teachers.long_writer_check import check, meets_target
@@ -509,6 +520,14 @@ def build_parser() -> argparse.ArgumentParser:
     lb.add_argument("--steps", type=int, help="override the stage's number of training steps (with --config)")
     lb.add_argument("--init-from", help="continue from this built folder (with --config)")
     lb.set_defaults(func=cmd_long_writer_build)
+    lh = lw.add_parser("heads", help="train its TokenSwift draft heads on its own continuations (target frozen)")
+    lh.add_argument("--out", help="output folder (default: the shipped heads folder)")
+    lh.add_argument("--seqs", type=int, help="train prompts (default 32)")
+    lh.add_argument("--head-len", type=int, help="tokens per continuation (default 2048)")
+    lh.add_argument("--steps", type=int, help="optimizer steps (default 1000)")
+    lh.add_argument("--batch-positions", type=int, help="positions per step (default 8192)")
+    lh.add_argument("--threads", type=int, help="torch threads (default 2)")
+    lh.set_defaults(func=cmd_long_writer_heads)
     lc = lw.add_parser("check", help="greedy outputs of --length tokens on test prompts, every step scored")
     lc.add_argument("--model", help="model folder (default: the shipped one)")
     lc.add_argument("--length", type=int, default=16384)

@@ -18,6 +18,7 @@ from specexit_core.toy.teacher_model import TeacherArch
 ASSETS = Path(__file__).resolve().parent / "assets"
 LONG_WRITER_DIR = ASSETS / "long_writer"
 LONG_WRITER_HEADS_DIR = ASSETS / "long_writer_heads"
+LONG_WRITER_DRAFT_DIR = ASSETS / "long_writer_draft"  # EAGLE-3 draft (long_writer_draft.py)
 MAX_OUTPUT_TOKENS = 20000  # what the build trains positions for (16K + margin), prompt excluded
 MAX_MODEL_LEN = 20480  # max_position_embeddings = prompt + MAX_OUTPUT_TOKENS, rounded up
 

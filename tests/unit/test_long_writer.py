@@ -7,13 +7,15 @@ import pytest
 
 from specexit_core.teachers.long_writer import LONG_WRITER_DIR, MAX_MODEL_LEN, MAX_OUTPUT_TOKENS
 from specexit_core.teachers.long_writer_build import (
+    SHIPPED_STAGES,
+    WINDOWED_STAGE,
     LineIds,
     LongWriterBuildConfig,
     PoseWindows,
     ShortWindows,
     batches,
+    stage_recipe,
     window,
-    windowed_stage,
 )
 from specexit_core.teachers.long_writer_task import LINE_TOKENS, WalkPrompt, next_state, prompts, render, score
 from specexit_core.teachers.long_writer_tokenizer import build_tokenizer
@@ -120,7 +122,7 @@ def test_windowed_stage_windows_are_runs_of_consecutive_tokens(tok):
     where it starts at line 0, else its first line (previous line outside the window) has no loss."""
     lines = LineIds(tok)
     rng = random.Random(5)
-    cfg = windowed_stage("unused").pose
+    cfg = stage_recipe(WINDOWED_STAGE, "unused").pose
     full = ids_of(tok, P.text + P.reference(MAX_OUTPUT_TOKENS // LINE_TOKENS + 1))
     at_zero = 0
     for _ in range(40):
@@ -156,7 +158,7 @@ def test_shipped_model_config_and_size(tok):
     assert built["recipe"]["arch"]["max_position_embeddings"] == MAX_MODEL_LEN
     # every layer windowed, as the build's second stage made it (a stock Qwen3 config)
     assert cfg.use_sliding_window and cfg.sliding_window == 1024 and set(cfg.layer_types) == {"sliding_attention"}
-    assert built["recipe"] == {**windowed_stage("stage1").to_json()}
+    assert built["recipe"] == stage_recipe(SHIPPED_STAGES[-1], "stage3").to_json()  # the last of the stages
 
 
 def test_shipped_model_writes_correct_steps(tok):
@@ -173,3 +175,19 @@ def test_shipped_model_writes_correct_steps(tok):
     for p in prompts("test", 2, seed=1):  # past the window: what a position 16K in sees
         out = plain_decode(target, ids_of(mtok, p.text), 1400).token_ids
         assert score(p, out, mtok).fraction_correct >= 0.95
+
+
+def test_heads_command_trains_saves_and_records_heads(tmp_path, capsys):
+    """`specexit long-writer heads` at a tiny size: heads load back for the shipped model, with their settings."""
+    from specexit_app.cli import main
+    from specexit_core.longgen.heads import load_heads
+
+    out = tmp_path / "heads"
+    argv = ["long-writer", "heads", "--out", str(out), "--seqs", "2", "--head-len", "24", "--steps", "3"]
+    assert main([*argv, "--batch-positions", "32", "--threads", "1"]) == 0
+    info = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert info["steps"] == 3 and info["seqs"] == 2 and len(info["head_top1"]) == 3
+    heads = load_heads(out)
+    assert heads.cfg.hidden_size == 256 and heads.cfg.num_heads == 3
+    meta = json.loads((out / "heads_build.json").read_text())
+    assert meta["config"]["head_len"] == 24 and meta["measured"]["positions"] > 0
