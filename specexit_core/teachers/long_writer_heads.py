@@ -56,6 +56,7 @@ def train_long_writer_heads(cfg: LongWriterHeadsConfig, out: Path | None, device
     )
     info = {**info, "seqs": cfg.seqs, "tokens_per_seq": cfg.head_len, "total_s": round(time.perf_counter() - t0, 1)}
     if out is not None:
-        meta = {"config": cfg.model_dump(), "measured": info, "device": device, "torch": torch.__version__}
+        measured = {k: v for k, v in info.items() if k != "saved"}  # the folder itself, not a machine's path
+        meta = {"config": cfg.model_dump(), "measured": measured, "device": device, "torch": torch.__version__}
         (Path(out) / BUILD_INFO).write_text(json.dumps(meta, indent=2) + "\n")
     return info
