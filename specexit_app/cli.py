@@ -250,6 +250,18 @@ def cmd_long_writer_heads(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_long_writer_draft(args: argparse.Namespace) -> int:
+    from specexit_core.teachers.long_writer import LONG_WRITER_DRAFT_DIR
+    from specexit_core.teachers.long_writer_draft import train_long_writer_draft
+
+    names = ("steps", "seqs", "seq_len", "batch_size", "threads")
+    info = train_long_writer_draft(
+        Path(args.out or LONG_WRITER_DRAFT_DIR), **{k: getattr(args, k) for k in names if getattr(args, k) is not None}
+    )
+    print(json.dumps(info))
+    return 0
+
+
 def cmd_long_writer_check(args: argparse.Namespace) -> int:
     from specexit_core.teachers.long_writer import LONG_WRITER_DIR
     from specexit_core.teachers.long_writer_check import check, meets_target
@@ -528,6 +540,14 @@ def build_parser() -> argparse.ArgumentParser:
     lh.add_argument("--batch-positions", type=int, help="positions per step (default 8192)")
     lh.add_argument("--threads", type=int, help="torch threads (default 2)")
     lh.set_defaults(func=cmd_long_writer_heads)
+    ld = lw.add_parser("draft", help="train its EAGLE-3 draft (vLLM's eagle3 / long-mode rows) on its own walks")
+    ld.add_argument("--out", help="output folder (default: the shipped draft folder)")
+    ld.add_argument("--steps", type=int, help="optimizer steps (default 240)")
+    ld.add_argument("--seqs", type=int, help="train prompts (default 48)")
+    ld.add_argument("--seq-len", type=int, help="tokens per sequence (default 1024)")
+    ld.add_argument("--batch-size", type=int, help="sequences per step (default 2)")
+    ld.add_argument("--threads", type=int, help="torch threads (default 1)")
+    ld.set_defaults(func=cmd_long_writer_draft)
     lc = lw.add_parser("check", help="greedy outputs of --length tokens on test prompts, every step scored")
     lc.add_argument("--model", help="model folder (default: the shipped one)")
     lc.add_argument("--length", type=int, default=16384)

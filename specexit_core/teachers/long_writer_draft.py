@@ -10,8 +10,9 @@ progress 0.5, remaining 0, as `draft convert --add-signals` makes them) and the 
 The exit's token ids name two padding ids the tokenizer never emits as think markers (the exit can never
 start) and the line break as the split token. Aux layers (0, 1, 2): a 3-layer target has no other choice
 (`target_features` reads hidden states before the last layer; vLLM's default needs 7+ layers). The draft
-vocab is the whole 240-id vocabulary (d2t 0). Training positions stop at `seq_len`: the writer's 1,024-token
-window means its features at 16K look like those of a window, the draft's own full-attention cache does not.
+vocab is the whole 240-id vocabulary (no d2t / t2d saved, as vLLM wants then). Training positions stop at
+`seq_len`: the writer's 1,024-token window makes its features at 16K look like those of a window, but the
+draft's own full-attention cache at 16K is longer than any it trained on.
 """
 
 from __future__ import annotations
@@ -72,6 +73,18 @@ def new_draft(target, tok):
     return draft
 
 
+def drop_identity_vocab_maps(out_dir: str | Path) -> None:
+    """vLLM's eagle3 drafter has no `d2t` parameter when the draft vocab is the target's (loading one is an
+    error); `load_draft` fills the identity maps back in (`draft/weights.py`)."""
+    from safetensors.torch import load_file, save_file
+
+    path = str(Path(out_dir) / "model.safetensors")
+    tensors = load_file(path)
+    if tensors["d2t"].any():
+        raise ValueError(f"{out_dir}: d2t is not the identity")
+    save_file({k: v for k, v in tensors.items() if k not in ("d2t", "t2d")}, path)
+
+
 @torch.no_grad()
 def heldout_accuracy(draft, target, rows, unroll: int = 7) -> dict[str, float]:
     """Top-1 agreement of the draft with the target's greedy token per TTT step (acc_0: first draft position)."""
@@ -87,12 +100,12 @@ def heldout_accuracy(draft, target, rows, unroll: int = 7) -> dict[str, float]:
 def train_long_writer_draft(
     out_dir: str | Path,
     *,
-    steps: int,
-    seqs: int,
-    seq_len: int,
+    steps: int = 240,
+    seqs: int = 48,
+    seq_len: int = 1024,
     threads: int = 1,
     seed: int = 0,
-    batch_size: int = 4,
+    batch_size: int = 2,
     lr: float = 2e-3,
     heldout: int = 4,
     target_dir: str | Path = LONG_WRITER_DIR,
@@ -126,6 +139,7 @@ def train_long_writer_draft(
     train_s = time.perf_counter() - t0
     draft.eval()
     save_draft(draft, out_dir, include_embed=True)
+    drop_identity_vocab_maps(out_dir)
     info = {
         "steps": steps,
         "loss_first": round(losses[0], 4),
@@ -136,7 +150,8 @@ def train_long_writer_draft(
         "train_s": round(train_s, 1),
     }
     settings = {"seqs": seqs, "seq_len": seq_len, "batch_size": batch_size, "lr": lr, "threads": threads}
-    settings.update(seed=seed, heldout=heldout, target=str(target_dir), aux_layer_ids=list(AUX_LAYER_IDS))
+    target_name = "the shipped long writer" if Path(target_dir) == Path(LONG_WRITER_DIR) else str(target_dir)
+    settings.update(seed=seed, heldout=heldout, target=target_name, aux_layer_ids=list(AUX_LAYER_IDS))
     meta = {"settings": settings, "measured": info, "torch": torch.__version__}
     (Path(out_dir) / BUILD_INFO).write_text(json.dumps(meta, indent=2) + "\n")
     return info

@@ -5,6 +5,7 @@ import json
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from specexit_core.draft.checkpoint import load_draft, read_config
 from specexit_core.draft.config import SPECEXIT_ARCH
@@ -30,6 +31,8 @@ def test_a_few_steps_give_a_loadable_draft_for_the_long_writer(tmp_path):
     assert cfg.hidden_size == cfg.target_hidden_size == target_cfg["hidden_size"]
     assert cfg.signals == SIGNALS and set(cfg.token_ids) == {"think_start", "think_end", "split"}
     assert draft.d2t.eq(0).all() and draft.t2d.all()  # the draft vocab is the whole vocabulary
+    # ... so no vocab maps on disk: vLLM's eagle3 drafter has no d2t parameter then and refuses one
+    assert not {"d2t", "t2d"} & set(load_file(str(tmp_path / "model.safetensors")))
     # the walk has no think block: signal labels masked, so the signal rows stay neutral (zero)
     assert draft.fc.weight[cfg.hidden_size :].eq(0).all()
 
