@@ -26,8 +26,8 @@ derived as prompt + length, not measured). Greedy plain vllm rows add `torch_vll
 
 Model sets (`--model-set`): `toy` (the shipped teacher, its EAGLE-3/SpecExit draft, heads trained in-process
 unless `--heads`; 512 positions, so lengths stop below that) and `long-writer` (the 16K long-writing teacher of
-`specexit_core/teachers/long_writer.py`, when it exists; without an EAGLE-3 draft its eagle3 / vllm_long rows
-are skipped with the reason recorded, or give `--draft`). `--json` ends with one line `{"rows": [...], ...}`.
+`specexit_core/teachers/long_writer.py` with its shipped heads and EAGLE-3 draft, `specexit long-writer heads|draft`;
+without a draft its eagle3 / vllm_long rows are skipped with the reason recorded, or give `--draft`). `--json` ends with one line `{"rows": [...], ...}`.
 """
 
 from __future__ import annotations
@@ -181,7 +181,9 @@ def resolve_model_set(cfg: LongGenBenchConfig) -> ModelSet:
         if cfg.heads:
             raise ConfigError(f"--heads {heads}: no such folder")
         ms.heads, ms.train_heads = None, False
-        ms.skipped["tokenswift"] = f"no TokenSwift heads at {heads} (train them: python -m pipelines.train_heads)"
+        ms.skipped["tokenswift"] = (
+            f"no TokenSwift heads at {heads} (train them: python -m pipelines.train_heads, or specexit long-writer heads)"
+        )
     if "vllm" not in cfg.backends:
         ms.skipped.update({m: "backend vllm not asked for (--backends)" for m in ("eagle3", "vllm_long")})
     elif draft is None or not (Path(draft) / "config.json").exists():
