@@ -227,7 +227,7 @@ def cmd_long_writer_build(args: argparse.Namespace) -> int:
     from specexit_core.teachers.long_writer import LONG_WRITER_DIR
     from specexit_core.teachers.long_writer_build import build, build_shipped, load_recipe
 
-    if not args.config:  # the shipped model: both stages
+    if not args.config:  # the shipped model: all its stages
         if args.steps is not None or args.init_from:
             raise SystemExit("--steps and --init-from apply to one stage: give its recipe with --config")
         build_shipped(Path(args.out or LONG_WRITER_DIR))
@@ -525,28 +525,34 @@ def build_parser() -> argparse.ArgumentParser:
     )
     lb = lw.add_parser(
         "build",
-        help="train it from scratch (fixed seeds, ~28 min on 2 cores): PoSE windows, then a sliding-window stage",
+        help="train it from scratch (fixed seeds, ~40 min on 2 cores): PoSE windows, then sliding-window stages",
     )
     lb.add_argument("--out", help="output folder (default: the shipped one)")
-    lb.add_argument("--config", help="one stage's recipe JSON, or a shipped build_config.json (default: both stages)")
+    lb.add_argument(
+        "--config", help="one stage's recipe JSON, or a shipped build_config.json (default: all the shipped stages)"
+    )
     lb.add_argument("--steps", type=int, help="override the stage's number of training steps (with --config)")
     lb.add_argument("--init-from", help="continue from this built folder (with --config)")
     lb.set_defaults(func=cmd_long_writer_build)
+    # defaults: LongWriterHeadsConfig (teachers/long_writer_heads.py) and train_long_writer_draft's signature
+    # (teachers/long_writer_draft.py), their one home; an option left out keeps them
     lh = lw.add_parser("heads", help="train its TokenSwift draft heads on its own continuations (target frozen)")
     lh.add_argument("--out", help="output folder (default: the shipped heads folder)")
-    lh.add_argument("--seqs", type=int, help="train prompts (default 32)")
-    lh.add_argument("--head-len", type=int, help="tokens per continuation (default 2048)")
-    lh.add_argument("--steps", type=int, help="optimizer steps (default 1000)")
-    lh.add_argument("--batch-positions", type=int, help="positions per step (default 8192)")
-    lh.add_argument("--threads", type=int, help="torch threads (default 2)")
+    for flag, what in (
+        ("--seqs", "train prompts"),
+        ("--head-len", "tokens per continuation"),
+        ("--steps", "optimizer steps"),
+    ):
+        lh.add_argument(flag, type=int, help=what)
+    lh.add_argument("--batch-positions", type=int, help="positions per optimizer step")
+    lh.add_argument("--threads", type=int, help="torch threads")
     lh.set_defaults(func=cmd_long_writer_heads)
     ld = lw.add_parser("draft", help="train its EAGLE-3 draft (vLLM's eagle3 / long-mode rows) on its own walks")
     ld.add_argument("--out", help="output folder (default: the shipped draft folder)")
-    ld.add_argument("--steps", type=int, help="optimizer steps (default 240)")
-    ld.add_argument("--seqs", type=int, help="train prompts (default 48)")
-    ld.add_argument("--seq-len", type=int, help="tokens per sequence (default 1024)")
-    ld.add_argument("--batch-size", type=int, help="sequences per step (default 2)")
-    ld.add_argument("--threads", type=int, help="torch threads (default 1)")
+    for flag, what in (("--steps", "optimizer steps"), ("--seqs", "train prompts"), ("--seq-len", "tokens per walk")):
+        ld.add_argument(flag, type=int, help=what)
+    ld.add_argument("--batch-size", type=int, help="walks per optimizer step")
+    ld.add_argument("--threads", type=int, help="torch threads")
     ld.set_defaults(func=cmd_long_writer_draft)
     lc = lw.add_parser("check", help="greedy outputs of --length tokens on test prompts, every step scored")
     lc.add_argument("--model", help="model folder (default: the shipped one)")
