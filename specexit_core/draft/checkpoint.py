@@ -37,6 +37,12 @@ def save_draft(
     if not include_embed:
         sd.pop("embed_tokens.weight")
     sd["t2d"] = sd["t2d"].to(torch.bool)
+    if draft.cfg.draft_vocab_size == draft.cfg.vocab_size:
+        # the draft vocab is the target's: vLLM's eagle3 drafter then has no d2t parameter and refuses one
+        # (published full-vocab heads carry none); `load_draft` puts the identity maps back
+        if sd["d2t"].any():
+            raise ValueError("a full-vocabulary draft must map draft id i to target id i (d2t all zero)")
+        sd.pop("d2t"), sd.pop("t2d")
     save_file(sd, str(out / "model.safetensors"))
     cfg = draft.cfg.to_hf_json()
     if extra:

@@ -10,7 +10,7 @@ progress 0.5, remaining 0, as `draft convert --add-signals` makes them) and the 
 The exit's token ids name two padding ids the tokenizer never emits as think markers (the exit can never
 start) and the line break as the split token. Aux layers (0, 1, 2): a 3-layer target has no other choice
 (`target_features` reads hidden states before the last layer; vLLM's default needs 7+ layers). The draft
-vocab is the whole 240-id vocabulary (no d2t / t2d saved, as vLLM wants then). Training positions stop at
+vocab is the whole 240-id vocabulary (`save_draft` then writes no d2t / t2d, as vLLM wants). Training positions stop at
 `seq_len`: the writer's 1,024-token window makes its features at 16K look like those of a window, but the
 draft's own full-attention cache at 16K is longer than any it trained on.
 """
@@ -73,18 +73,6 @@ def new_draft(target, tok):
     return draft
 
 
-def drop_identity_vocab_maps(out_dir: str | Path) -> None:
-    """vLLM's eagle3 drafter has no `d2t` parameter when the draft vocab is the target's (loading one is an
-    error); `load_draft` fills the identity maps back in (`draft/weights.py`)."""
-    from safetensors.torch import load_file, save_file
-
-    path = str(Path(out_dir) / "model.safetensors")
-    tensors = load_file(path)
-    if tensors["d2t"].any():
-        raise ValueError(f"{out_dir}: d2t is not the identity")
-    save_file({k: v for k, v in tensors.items() if k not in ("d2t", "t2d")}, path)
-
-
 @torch.no_grad()
 def heldout_accuracy(draft, target, rows, unroll: int = 7) -> dict[str, float]:
     """Top-1 agreement of the draft with the target's greedy token per TTT step (acc_0: first draft position)."""
@@ -139,7 +127,6 @@ def train_long_writer_draft(
     train_s = time.perf_counter() - t0
     draft.eval()
     save_draft(draft, out_dir, include_embed=True)
-    drop_identity_vocab_maps(out_dir)
     info = {
         "steps": steps,
         "loss_first": round(losses[0], 4),
