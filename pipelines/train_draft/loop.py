@@ -10,7 +10,6 @@ from its step. The data order after a resume is not replayed exactly (shuffles r
 
 from __future__ import annotations
 
-import math
 import os
 import shutil
 import tempfile
@@ -28,6 +27,7 @@ from specexit_core.draft.model import SpecExitDraft
 from specexit_core.training.collate import collate
 from specexit_core.training.length_buckets import length_buckets
 from specexit_core.training.loss import LossConfig
+from specexit_core.training.schedule import warmup_cosine
 from specexit_core.training.step import DraftBatch, SpecExitObjective, train_step
 
 DRAFT_SUBDIR = "draft"
@@ -65,8 +65,7 @@ def auto_on_gpu(flag: bool | str, device_type: str) -> bool:
 
 
 def lr_at(cfg: TrainDraftConfig, step: int) -> float:
-    warm = min(1.0, (step + 1) / cfg.warmup_steps)
-    return cfg.lr * warm * 0.5 * (1 + math.cos(math.pi * step / cfg.steps))
+    return warmup_cosine(cfg.lr, step, cfg.steps, cfg.warmup_steps)
 
 
 def _to(batch: DraftBatch, device) -> DraftBatch:

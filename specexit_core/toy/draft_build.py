@@ -27,6 +27,7 @@ from specexit_core.toy.task import grade, problems
 from specexit_core.toy.teacher_eval import prompt_ids
 from specexit_core.training.collate import SIGNAL_LABELS, collate
 from specexit_core.training.loss import LossConfig
+from specexit_core.training.schedule import warmup_cosine
 from specexit_core.training.signal_quality import signal_metrics
 from specexit_core.training.step import DraftBatch, SpecExitObjective, train_step
 
@@ -181,7 +182,7 @@ def train_toy_draft(cfg: DraftTrainConfig, teacher_dir: Path, out_dir: Path) -> 
         cfg.steps,
     )
     for step in range(cfg.steps):
-        lr = cfg.lr * min(1.0, (step + 1) / cfg.warmup_steps) * 0.5 * (1 + np.cos(np.pi * step / cfg.steps))
+        lr = warmup_cosine(cfg.lr, step, cfg.steps, cfg.warmup_steps)
         for g in opt.param_groups:
             g["lr"] = lr
         batch = draft_batch(rng.sample(train, cfg.batch_size), tok.pad_token_id, tok.eos_token_id)
