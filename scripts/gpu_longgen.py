@@ -33,7 +33,8 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from specexit_core.bench.longgen_bench import LongGenBenchConfig, run_bench  # noqa: E402
-from specexit_core.teachers.long_writer_heads import LongWriterHeadsConfig, train_long_writer_heads  # noqa: E402
+from specexit_core.teachers.long_writer_drafters import LongWriterHeadsConfig  # noqa: E402
+from specexit_core.teachers.long_writer_heads import train_long_writer_heads  # noqa: E402
 
 FULL = dict(lengths=(1024, 4096, 16384), head_len=2048, seqs=32, steps=1000, batch_positions=8192)
 SMOKE = dict(lengths=(24, 48), head_len=32, seqs=2, steps=10, batch_positions=256)

@@ -22,6 +22,7 @@ sys.path.insert(0, str(ROOT))
 from specexit_core.longgen.plain import plain_decode  # noqa: E402
 from specexit_core.longgen.target import Target  # noqa: E402
 from specexit_core.teachers.long_writer import LONG_WRITER_DIR, load_long_writer  # noqa: E402
+from specexit_core.teachers.long_writer_check import prompt_ids  # noqa: E402
 from specexit_core.teachers.long_writer_task import LINE_TOKENS, parse, prompts, score  # noqa: E402
 
 FIELDS = ("H", "L", "X", "A", "Y", "B")
@@ -32,7 +33,7 @@ def early_lines(model_dir: str | Path, n_prompts: int, n_lines: int) -> dict:
     target = Target(model)
     right, wrong_fields = collections.Counter(), collections.Counter()
     for p in prompts("test", n_prompts, seed=7):
-        out = plain_decode(target, tok(p.text, add_special_tokens=False)["input_ids"], LINE_TOKENS * n_lines).token_ids
+        out = plain_decode(target, prompt_ids(tok, p), LINE_TOKENS * n_lines).token_ids
         for s in score(p, out, tok).steps:
             right[s.index] += s.correct
         got, want = parse(tok.decode(out).split("\n")[0]), p.state(0)

@@ -239,26 +239,37 @@ def cmd_long_writer_build(args: argparse.Namespace) -> int:
     return 0
 
 
+def _config_from_args(cls, args: argparse.Namespace):
+    """A typed config from the options `add_config_options` made: the ones given, the rest the class's defaults."""
+    return cls(**{k: getattr(args, k) for k in cls.model_fields if getattr(args, k, None) is not None})
+
+
+def add_config_options(parser: argparse.ArgumentParser, cls) -> None:
+    """One option per field of `cls` (`--seq-len` for `seq_len`), typed and described by the field; no default
+    here, so the class stays the one home of its defaults (validated when the config is built)."""
+    for name, f in cls.model_fields.items():
+        parser.add_argument(
+            f"--{name.replace('_', '-')}", type=f.annotation, help=f"{f.description} (default {f.default})"
+        )
+
+
 def cmd_long_writer_heads(args: argparse.Namespace) -> int:
     from specexit_core.teachers.long_writer import LONG_WRITER_HEADS_DIR
-    from specexit_core.teachers.long_writer_heads import LongWriterHeadsConfig, train_long_writer_heads
+    from specexit_core.teachers.long_writer_drafters import LongWriterHeadsConfig
+    from specexit_core.teachers.long_writer_heads import train_long_writer_heads
 
-    names = ("seqs", "head_len", "steps", "batch_positions", "threads")
-    cfg = LongWriterHeadsConfig(**{k: getattr(args, k) for k in names if getattr(args, k) is not None})
-    info = train_long_writer_heads(cfg, Path(args.out or LONG_WRITER_HEADS_DIR))
-    print(json.dumps(info))
+    cfg = _config_from_args(LongWriterHeadsConfig, args)
+    print(json.dumps(train_long_writer_heads(cfg, Path(args.out or LONG_WRITER_HEADS_DIR))))
     return 0
 
 
 def cmd_long_writer_draft(args: argparse.Namespace) -> int:
     from specexit_core.teachers.long_writer import LONG_WRITER_DRAFT_DIR
     from specexit_core.teachers.long_writer_draft import train_long_writer_draft
+    from specexit_core.teachers.long_writer_drafters import LongWriterDraftConfig
 
-    names = ("steps", "seqs", "seq_len", "batch_size", "threads")
-    info = train_long_writer_draft(
-        Path(args.out or LONG_WRITER_DRAFT_DIR), **{k: getattr(args, k) for k in names if getattr(args, k) is not None}
-    )
-    print(json.dumps(info))
+    cfg = _config_from_args(LongWriterDraftConfig, args)
+    print(json.dumps(train_long_writer_draft(Path(args.out or LONG_WRITER_DRAFT_DIR), cfg)))
     return 0
 
 
@@ -534,25 +545,15 @@ def build_parser() -> argparse.ArgumentParser:
     lb.add_argument("--steps", type=int, help="override the stage's number of training steps (with --config)")
     lb.add_argument("--init-from", help="continue from this built folder (with --config)")
     lb.set_defaults(func=cmd_long_writer_build)
-    # defaults: LongWriterHeadsConfig (teachers/long_writer_heads.py) and train_long_writer_draft's signature
-    # (teachers/long_writer_draft.py), their one home; an option left out keeps them
+    from specexit_core.teachers.long_writer_drafters import LongWriterDraftConfig, LongWriterHeadsConfig
+
     lh = lw.add_parser("heads", help="train its TokenSwift draft heads on its own continuations (target frozen)")
     lh.add_argument("--out", help="output folder (default: the shipped heads folder)")
-    for flag, what in (
-        ("--seqs", "train prompts"),
-        ("--head-len", "tokens per continuation"),
-        ("--steps", "optimizer steps"),
-    ):
-        lh.add_argument(flag, type=int, help=what)
-    lh.add_argument("--batch-positions", type=int, help="positions per optimizer step")
-    lh.add_argument("--threads", type=int, help="torch threads")
+    add_config_options(lh, LongWriterHeadsConfig)
     lh.set_defaults(func=cmd_long_writer_heads)
     ld = lw.add_parser("draft", help="train its EAGLE-3 draft (vLLM's eagle3 / long-mode rows) on its own walks")
     ld.add_argument("--out", help="output folder (default: the shipped draft folder)")
-    for flag, what in (("--steps", "optimizer steps"), ("--seqs", "train prompts"), ("--seq-len", "tokens per walk")):
-        ld.add_argument(flag, type=int, help=what)
-    ld.add_argument("--batch-size", type=int, help="walks per optimizer step")
-    ld.add_argument("--threads", type=int, help="torch threads")
+    add_config_options(ld, LongWriterDraftConfig)
     ld.set_defaults(func=cmd_long_writer_draft)
     lc = lw.add_parser("check", help="greedy outputs of --length tokens on test prompts, every step scored")
     lc.add_argument("--model", help="model folder (default: the shipped one)")

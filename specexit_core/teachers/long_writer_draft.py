@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 
 from specexit_core.teachers.long_writer import LONG_WRITER_DIR
+from specexit_core.teachers.long_writer_drafters import LongWriterDraftConfig
 
 AUX_LAYER_IDS = (0, 1, 2)
 BUILD_INFO = "specexit_train.json"
@@ -34,10 +35,11 @@ BUILD_INFO = "specexit_train.json"
 def _sequences(tok, split: str, n: int, seq_len: int, seed: int) -> list[tuple[int, list[int]]]:
     """(prompt length, `seq_len` ids of prompt + reference walk) per prompt, tokenized as the bench does."""
     from specexit_core.teachers import long_writer_task as task
+    from specexit_core.teachers.long_writer_check import prompt_ids
 
     out = []
     for p in task.prompts(split, n, seed=seed):
-        n_prompt = len(tok(p.text, add_special_tokens=False)["input_ids"])
+        n_prompt = len(prompt_ids(tok, p))
         n_lines = math.ceil(max(1, seq_len - n_prompt) / task.LINE_TOKENS) + 1
         ids = tok(p.text + p.reference(n_lines), add_special_tokens=False)["input_ids"][:seq_len]
         out.append((n_prompt, ids))
@@ -86,49 +88,41 @@ def heldout_accuracy(draft, target, rows, unroll: int = 7) -> dict[str, float]:
 
 
 def train_long_writer_draft(
-    out_dir: str | Path,
-    *,
-    steps: int = 240,
-    seqs: int = 48,
-    seq_len: int = 1024,
-    threads: int = 1,
-    seed: int = 0,
-    batch_size: int = 2,
-    lr: float = 2e-3,
-    heldout: int = 4,
-    target_dir: str | Path = LONG_WRITER_DIR,
+    out_dir: str | Path, cfg: LongWriterDraftConfig | None = None, *, target_dir: str | Path = LONG_WRITER_DIR
 ) -> dict:
-    """Train on `seqs` train prompts (`seq_len` tokens each, `batch_size` a step), save to `out_dir` (with
+    """Train on `cfg.seqs` train prompts (`seq_len` tokens each, `batch_size` a step), save to `out_dir` (with
     `specexit_train.json`), return what was measured: loss first/last, seconds, held-out top-1 per step."""
     from specexit_core.draft.checkpoint import save_draft
     from specexit_core.teachers.long_writer import load_long_writer
     from specexit_core.training.loss import LossConfig
+    from specexit_core.training.schedule import warmup_cosine
     from specexit_core.training.step import SpecExitObjective, train_step
 
-    torch.manual_seed(seed)
-    torch.set_num_threads(threads)
-    target, tok = load_long_writer(target_dir, threads=threads)
+    cfg = cfg or LongWriterDraftConfig()
+    torch.manual_seed(cfg.seed)
+    torch.set_num_threads(cfg.threads)
+    target, tok = load_long_writer(target_dir, threads=cfg.threads)
     for prm in target.parameters():
         prm.requires_grad_(False)
-    train = _sequences(tok, "train", seqs, seq_len, seed)
-    held = _sequences(tok, "test", heldout, seq_len, seed + 1)
+    train = _sequences(tok, "train", cfg.seqs, cfg.seq_len, cfg.seed)
+    held = _sequences(tok, "test", cfg.heldout, cfg.seq_len, cfg.seed + 1)
     draft = new_draft(target, tok)
     obj = SpecExitObjective(draft, LossConfig(weighting="fixed", signal_weight=0.0))
     opt = torch.optim.AdamW(
-        [q for q in obj.parameters() if q.requires_grad], lr=lr, betas=(0.9, 0.95), weight_decay=0.0
+        [q for q in obj.parameters() if q.requires_grad], lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0
     )
-    rng, warmup, losses = random.Random(seed), max(1, steps // 10), []
+    rng, warmup, losses = random.Random(cfg.seed), max(1, cfg.steps // 10), []
     t0 = time.perf_counter()
-    for step in range(steps):
+    for step in range(cfg.steps):
         for g in opt.param_groups:
-            g["lr"] = lr * min(1.0, (step + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * step / steps))
-        logs = train_step(obj, opt, target, _batch(rng.sample(train, min(batch_size, len(train)))))
+            g["lr"] = warmup_cosine(cfg.lr, step, cfg.steps, warmup)
+        logs = train_step(obj, opt, target, _batch(rng.sample(train, min(cfg.batch_size, len(train)))))
         losses.append(logs["token_loss"])
     train_s = time.perf_counter() - t0
     draft.eval()
     save_draft(draft, out_dir, include_embed=True)
     info = {
-        "steps": steps,
+        "steps": cfg.steps,
         "loss_first": round(losses[0], 4),
         "loss_last": round(losses[-1], 4),
         "loss_last10_mean": round(sum(losses[-10:]) / len(losses[-10:]), 4),
@@ -136,9 +130,8 @@ def train_long_writer_draft(
         "heldout_acc": heldout_accuracy(draft, target, held),
         "train_s": round(train_s, 1),
     }
-    settings = {"seqs": seqs, "seq_len": seq_len, "batch_size": batch_size, "lr": lr, "threads": threads}
     target_name = "the shipped long writer" if Path(target_dir) == Path(LONG_WRITER_DIR) else str(target_dir)
-    settings.update(seed=seed, heldout=heldout, target=target_name, aux_layer_ids=list(AUX_LAYER_IDS))
+    settings = {**cfg.model_dump(), "target": target_name, "aux_layer_ids": list(AUX_LAYER_IDS)}
     meta = {"settings": settings, "measured": info, "torch": torch.__version__}
     (Path(out_dir) / BUILD_INFO).write_text(json.dumps(meta, indent=2) + "\n")
     return info

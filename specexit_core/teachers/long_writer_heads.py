@@ -15,19 +15,10 @@ import time
 from pathlib import Path
 
 import torch
-from pydantic import Field
 
-from specexit_core.typed_config import StrictModel
+from specexit_core.teachers.long_writer_drafters import LongWriterHeadsConfig
 
 BUILD_INFO = "heads_build.json"
-
-
-class LongWriterHeadsConfig(StrictModel):
-    seqs: int = Field(32, ge=2)  # train prompts (half sampled with the penalty on)
-    head_len: int = Field(2048, ge=8)  # tokens per continuation
-    steps: int = Field(1000, ge=1)
-    batch_positions: int = Field(8192, ge=1)
-    threads: int = Field(2, ge=1)
 
 
 def train_long_writer_heads(cfg: LongWriterHeadsConfig, out: Path | None, device: str = "cpu") -> dict:
@@ -37,12 +28,13 @@ def train_long_writer_heads(cfg: LongWriterHeadsConfig, out: Path | None, device
     from specexit_core.longgen.toy_setup import train_heads_on_teacher_text
     from specexit_core.teachers import long_writer_task as task
     from specexit_core.teachers.long_writer import LONG_WRITER_DIR, load_long_writer
+    from specexit_core.teachers.long_writer_check import prompt_ids
 
     torch.set_num_threads(cfg.threads)
     t0 = time.perf_counter()
     model, tok = load_long_writer(LONG_WRITER_DIR)
     model = model.to(device)
-    ps = [tok(p.text, add_special_tokens=False)["input_ids"] for p in task.prompts("train", cfg.seqs + 4, seed=1)]
+    ps = [prompt_ids(tok, p) for p in task.prompts("train", cfg.seqs + 4, seed=1)]
     _, info = train_heads_on_teacher_text(
         model,
         Target(model),

@@ -191,3 +191,11 @@ def test_heads_command_trains_saves_and_records_heads(tmp_path, capsys):
     assert heads.cfg.hidden_size == 256 and heads.cfg.num_heads == 3
     meta = json.loads((out / "heads_build.json").read_text())
     assert meta["config"]["head_len"] == 24 and meta["measured"]["positions"] > 0
+
+
+def test_the_shipped_heads_are_what_the_default_settings_make():
+    from specexit_core.teachers.long_writer import LONG_WRITER_HEADS_DIR
+    from specexit_core.teachers.long_writer_drafters import LongWriterHeadsConfig
+
+    meta = json.loads((LONG_WRITER_HEADS_DIR / "heads_build.json").read_text())
+    assert meta["config"] == LongWriterHeadsConfig().model_dump()
