@@ -46,9 +46,12 @@ def check_in_vllm(spec, full_dir, max_tokens: int = MAX_TOKENS) -> list[list[int
     llm = make_llm(full_dir, max_model_len=1024, max_num_seqs=4)
     try:
         vl = vllm_generate(llm, prompts, max_tokens=max_tokens)
+        head_rows = llm.collective_rpc("specexit_head_rows")
     finally:
         del llm
-    assert vl == hf
+    assert vl == hf  # with the zero-row LM head (vllm_plugin/zero_row_head.py): it is exact
+    n_nonzero = int(model.get_output_embeddings().weight.ne(0).any(dim=1).sum())
+    assert head_rows == [[n_nonzero, model.config.vocab_size]]
 
     # a short-trained teacher may not close </think> on every problem within the limit (docs/teachers.md)
     parser = ReasoningParserManager.get_reasoning_parser(spec.reasoning_parser)(tok)
