@@ -20,6 +20,8 @@ import subprocess
 import sys
 import time
 
+from pipelines.common.provenance import provenance
+
 CASES = {"dense head (vLLM's)": "0", "zero-row head": "1"}
 
 
@@ -89,7 +91,8 @@ def main() -> None:
     }
     doc = {
         "what": "vLLM-CPU engine, plain decoding on a built-in teacher: dense LM head vs zero-row LM head",
-        "command": "python scripts/bench_zero_row_head.py " + " ".join(sys.argv[1:]),
+        **provenance("python scripts/bench_zero_row_head.py " + " ".join(sys.argv[1:])),
+        "avx512": "avx512f" in open("/proc/cpuinfo").read(),
         "teacher": a.teacher,
         "problems": a.n,
         "runs": {c: [{k: r[k] for k in ("greedy", "t0.6")} for r in rs] for c, rs in runs.items()},
