@@ -133,13 +133,13 @@ def replay(traces: list[dict], settings: list[ExitConfig], token_ids: dict) -> l
             key = (i, s.alpha)
             if key not in cache:
                 cache[key] = exit_checks(tr["completion"], tr["signals"], alpha=s.alpha, **kw)
-            t = first_exit(cache[key], s)
-            if t is None or t not in tr["probes"]:
+            c = first_exit(cache[key], s)
+            if c is None or c.index not in tr["probes"]:
                 acc.append(tr["correct"])
                 think.append(tr["think_tokens"])
-            else:
-                acc.append(bool(tr["probes"][t]))
-                think.append(t + 1)
+            else:  # the forced answer probed at that break, and the think tokens kept up to it
+                acc.append(bool(tr["probes"][c.index]))
+                think.append(c.think_tokens)
         res.append({"exit": s.to_dict(), "accuracy": statistics.mean(acc), "think_tokens": statistics.mean(think)})
     return res
 

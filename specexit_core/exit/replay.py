@@ -45,9 +45,11 @@ def exit_checks(
     return checks
 
 
-def first_exit(checks: Sequence[ExitCheck], cfg: ExitConfig) -> int | None:
-    """The split-token index after which `cfg` exits (None: no exit), from the checks recorded
-    with `cfg.alpha`; the tracker's rule: min_think_tokens reached and `passes`."""
+def first_exit(checks: Sequence[ExitCheck], cfg: ExitConfig) -> ExitCheck | None:
+    """The check at whose split token `cfg` exits (None: no exit), from the checks recorded with
+    `cfg.alpha`; the tracker's rule: min_think_tokens reached and `passes`. Its `index` is the split
+    token's position in the sequence, its `think_tokens` the think tokens the exit keeps (the
+    tracker's own count: a `<think>` written by the model is not one of them)."""
     if cfg.max_think_tokens is not None:
         raise ValueError(
             "replay judges the signal exit at paragraph breaks only; a max_think_tokens budget needs the engine"
@@ -56,5 +58,5 @@ def first_exit(checks: Sequence[ExitCheck], cfg: ExitConfig) -> int | None:
         return None
     for c in checks:
         if c.think_tokens >= cfg.min_think_tokens and passes(c.smoothed, cfg):
-            return c.index
+            return c
     return None

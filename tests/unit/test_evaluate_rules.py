@@ -125,7 +125,8 @@ def test_replay_matches_decide():
     ids = dict(split_token_ids={5}, think_start_id=100, think_end_id=101)
     exits = 0
     for _ in range(30):
-        comp = [rng.choice([1, 2, 3, 5]) for _ in range(rng.randint(5, 60))] + [101, 5, 8]
+        opened_by_model = rng.random() < 0.5  # Qwen3: `<think>` is the completion's first token, not a think token
+        comp = [100] * opened_by_model + [rng.choice([1, 2, 3, 5]) for _ in range(rng.randint(5, 60))] + [101, 5, 8]
         sigs = [(rng.random(), rng.random(), rng.random() * 100) for _ in comp]
         for cfg in [
             ExitConfig(),
@@ -136,7 +137,9 @@ def test_replay_matches_decide():
         ]:
             want = decide(comp, sigs, cfg, **ids)
             got = first_exit(exit_checks(comp, sigs, alpha=cfg.alpha, **ids), cfg)
-            assert got == (want.index if want else None)
+            assert (got.index if got else None) == (want.index if want else None)
+            if got is not None:
+                assert got.think_tokens == want.think_tokens == got.index + 1 - opened_by_model
             exits += got is not None
     assert exits > 20  # the cases do exit
 
@@ -200,3 +203,29 @@ def test_targets_come_from_the_recipe():
         TargetsConfig(speedup_vs_eagle3_min=0)
     with pytest.raises(ValueError):
         TargetsConfig(unknown=1)
+
+
+@pytest.mark.parametrize("opened_by_model", [False, True])
+def test_calibration_replay_counts_think_tokens_as_the_evaluation_does(opened_by_model):
+    """An exit replayed on a trace keeps the think tokens the engine's exited completion has, counted
+    by the evaluation's rule: a `<think>` the model writes (Qwen3) is not one (it was counted once)."""
+    from pipelines.calibrate.job import replay
+    from pipelines.evaluate.rules import count_think_answer
+
+    ids = dict(split=[5], think_start=100, think_end=101)
+    body = [1, 2, 5, 3, 3, 5, 2, 5, 1]
+    comp = [100] * opened_by_model + body + [101, 7, 8]
+    sigs = [(0.99, 0.99, 1.0)] * len(comp)
+    breaks = [i for i, t in enumerate(comp) if t == 5]
+    trace = {
+        "completion": comp,
+        "signals": sigs,
+        "correct": True,
+        "think_tokens": len(body),
+        "probes": {b: True for b in breaks},
+    }
+    cfg = ExitConfig(method="confidence", confidence_threshold=0.5, alpha=1.0)
+    (pt,) = replay([trace], [cfg], ids)
+    exited = comp[: breaks[0] + 1] + [101]  # what the engine writes: </think> right after the first break
+    want, _ = count_think_answer(exited, think_end_id=101, think_start_id=100, prompt_opened_think=not opened_by_model)
+    assert pt["think_tokens"] == want == 3
