@@ -32,7 +32,7 @@ from pipelines.calibrate.job import _draft_token_ids, choose_exit, grid, load_tr
 from pipelines.common.provenance import provenance
 
 
-def _per_trace(traces: list[dict], points: list[dict]) -> dict:
+def _per_trace(traces: list[dict]) -> dict:
     return {
         "eagle3_accuracy": statistics.mean(t["correct"] for t in traces),
         "eagle3_think": statistics.mean(t["think_tokens"] for t in traces),
@@ -63,12 +63,12 @@ def main() -> None:
     cfg = CalibrateConfig.model_validate(yaml.safe_load(Path(f"examples/{a.teacher}/calibrate.yaml").read_text()))
     settings = grid(cfg)
     ids = _draft_token_ids(str(wd / "draft"))
-    chosen = json.loads((wd / "calibrated.json").read_text())["exit"]
-    temps = list(cfg.temperatures)
+    calibrated = json.loads((wd / "calibrated.json").read_text())
+    chosen, temps = calibrated["exit"], list(calibrated["calibration"]["temperatures"])  # the run's, not the recipe's
     dev = {t: load_traces(str(wd / "calibrate" / "dev"), t) for t in temps}
     test = {t: load_traces(str(wd / "eval"), t) for t in temps}
     test_points = {t: replay(test[t], settings, ids) for t in temps}
-    base = {t: _per_trace(test[t], test_points[t]) for t in temps}
+    base = {t: _per_trace(test[t]) for t in temps}
     i_chosen = next(i for i, p in enumerate(test_points[temps[0]]) if p["exit"] == chosen)
     i_best = choose_exit(test_points, {t: base[t]["eagle3_accuracy"] for t in temps}, cfg.tolerance)
     doc = {

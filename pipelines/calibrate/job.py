@@ -122,9 +122,6 @@ def load_traces(eval_dir: str, temperature: float = 0.0) -> list[dict]:
 
 def replay(traces: list[dict], settings: list[ExitConfig], token_ids: dict) -> list[dict]:
     """Accuracy and mean think tokens of every setting, from the signals and probes alone."""
-    kw = dict(
-        split_token_ids=token_ids["split"], think_start_id=token_ids["think_start"], think_end_id=token_ids["think_end"]
-    )
     cache: dict = {}
     res = []
     for s in settings:
@@ -132,16 +129,32 @@ def replay(traces: list[dict], settings: list[ExitConfig], token_ids: dict) -> l
         for i, tr in enumerate(traces):
             key = (i, s.alpha)
             if key not in cache:
-                cache[key] = exit_checks(tr["completion"], tr["signals"], alpha=s.alpha, **kw)
-            c = first_exit(cache[key], s)
-            if c is None or c.index not in tr["probes"]:
-                acc.append(tr["correct"])
-                think.append(tr["think_tokens"])
-            else:  # the forced answer probed at that break, and the think tokens kept up to it
-                acc.append(bool(tr["probes"][c.index]))
-                think.append(c.think_tokens)
+                cache[key] = trace_checks(tr, s.alpha, token_ids)
+            ok, n = exit_outcome(tr, first_exit(cache[key], s))
+            acc.append(ok)
+            think.append(n)
         res.append({"exit": s.to_dict(), "accuracy": statistics.mean(acc), "think_tokens": statistics.mean(think)})
     return res
+
+
+def trace_checks(trace: dict, alpha: float, token_ids: dict) -> list:
+    """Every exit check along one trace at this smoothing (`exit_checks`, with the draft's token ids)."""
+    return exit_checks(
+        trace["completion"],
+        trace["signals"],
+        alpha=alpha,
+        split_token_ids=token_ids["split"],
+        think_start_id=token_ids["think_start"],
+        think_end_id=token_ids["think_end"],
+    )
+
+
+def exit_outcome(trace: dict, check) -> tuple[bool, int]:
+    """(answer right, think tokens) of one trace under an exit at `check` (None: no exit, the trace
+    as it is): the forced answer probed at that break, and the think tokens kept up to it."""
+    if check is None or check.index not in trace["probes"]:
+        return bool(trace["correct"]), trace["think_tokens"]
+    return bool(trace["probes"][check.index]), check.think_tokens
 
 
 def _holds(methods: dict, tolerance: float) -> bool:

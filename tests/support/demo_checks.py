@@ -134,7 +134,42 @@ def check_teacher_demo(run: DemoRun, spec) -> DemoArtifacts:
         assert r["reasoning"] and "</think>" not in (r["answer"] or "") and "<think>" not in r["reasoning"]
         assert r["usage_specexit"]["enabled"] == r["specexit"] and r["usage_specexit"]["think_tokens"] > 0
     assert any(r["answer"] for r in serve["rows"])  # at least one closed thinking, split by the parser
+    check_replay_matches_the_engine(wd)
     report = Path(res["report"])
     assert report.exists() and "| specexit |" in report.read_text()
     assert "Ray stopped" in run.out.stderr.strip().splitlines()[-1]
     return DemoArtifacts(tok, ok, labels, breaks, draft, serve)
+
+
+def check_replay_matches_the_engine(wd: Path) -> None:
+    """The calibration's offline replay (pipelines/calibrate/job.py), run with the calibrated exit over
+    the test split's greedy EAGLE-3 traces, gives each problem the think tokens and the correctness the
+    engine's own SpecExit run has: the replay is what calibration optimises, the engine what users get
+    (a `<think>` written by the model was once counted as a think token by the replay alone)."""
+    import pyarrow.parquet as pq
+
+    from pipelines.calibrate.job import _draft_token_ids, exit_outcome, load_traces, trace_checks
+    from specexit_core.exit import ExitConfig
+    from specexit_core.exit.replay import first_exit
+
+    exit_cfg = ExitConfig.from_dict(json.loads((wd / "calibrated.json").read_text())["exit"])
+    ids = _draft_token_ids(str(wd / "draft"))
+    rows = pq.read_table(glob.glob(str(wd / "eval" / "part-*.parquet"))).to_pylist()
+    engine = {
+        r["problem_id"]: r for r in rows if r["method"] == "specexit" and r["status"] == "ok" and not r["temperature"]
+    }
+    compared = 0
+    for tr in load_traces(str(wd / "eval"), 0.0):
+        check = first_exit(trace_checks(tr, exit_cfg.alpha, ids), exit_cfg)
+        if check is not None and check.index not in tr["probes"]:
+            continue  # an unfinished trace: the oracle probed no break of it, the replay cannot judge
+        ok, think = exit_outcome(tr, check)
+        live = engine[tr["id"]]
+        cut = check.index + 1 if check is not None else len(tr["completion"])
+        if live["completion_token_ids"][:cut] != tr["completion"][:cut]:
+            continue  # greedy in another batch diverged before the exit: nothing to compare
+        assert live["think_tokens"] == think, (tr["id"], live["think_tokens"], think)
+        if check is not None:  # the engine's answer after its forced </think> vs the probe's (same greedy text)
+            assert bool(live["correct"]) == ok, tr["id"]
+        compared += 1
+    assert compared >= 1
