@@ -5,7 +5,7 @@ import json
 import pytest
 
 from support.cli import run_json, specexit
-from support.demo_checks import FIELDS, METHODS
+from support.demo_checks import FIELDS, METHODS, check_replay_matches_the_engine
 from support.ports import free_port
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow(minutes=7)]
@@ -62,6 +62,7 @@ def test_main_demo_quick(tmp_path, monkeypatch):
     assert "Ray stopped" in out.stderr.strip().splitlines()[-1]
     assert isinstance(st["calibrate"]["at_grid_edge"], list)
     _check_calibration(wd, draft, monkeypatch)
+    check_replay_matches_the_engine(wd)
 
 
 def _check_calibration(wd, draft: dict, monkeypatch) -> None:
