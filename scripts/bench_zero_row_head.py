@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from pipelines.common.provenance import provenance
+from pipelines.common.provenance import emit_result, provenance
 
 CASES = {"dense head (vLLM's)": "0", "zero-row head": "1"}
 
@@ -101,11 +101,7 @@ def main() -> None:
         "speedup_median": {k: statistics.median(v) for k, v in speedup.items()},
         "same_greedy_ids": all(d["greedy_ids"] == s["greedy_ids"] for d, s in zip(dense, sparse)),
     }
-    text = json.dumps(doc, indent=1)
-    print(text)
-    if a.out:
-        with open(a.out, "w") as f:
-            f.write(text + "\n")
+    emit_result(doc, a.out)
 
 
 if __name__ == "__main__":

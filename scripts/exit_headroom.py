@@ -29,7 +29,7 @@ import yaml
 
 from pipelines.calibrate.config import CalibrateConfig
 from pipelines.calibrate.job import _draft_token_ids, choose_exit, grid, load_traces, replay
-from pipelines.common.provenance import provenance
+from pipelines.common.provenance import emit_result, provenance
 
 
 def _per_trace(traces: list[dict]) -> dict:
@@ -83,10 +83,7 @@ def main() -> None:
         "calibrated": _figures(i_chosen, test_points, base),
         "best_on_test": _figures(i_best, test_points, base),
     }
-    text = json.dumps(doc, indent=1)
-    print(text)
-    if a.out:
-        Path(a.out).write_text(text + "\n")
+    emit_result(doc, a.out)
 
 
 if __name__ == "__main__":

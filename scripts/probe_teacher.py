@@ -18,11 +18,11 @@ and the forced answer graded. Both figures use the evaluation's own rules:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
 
+from pipelines.common.provenance import emit_result
 from pipelines.evaluate.rules import oracle_cut
 from specexit_core.exit.split_tokens import split_token_ids
 from specexit_core.labels import probe_prompts, step_boundaries
@@ -117,11 +117,7 @@ def main() -> None:
         },
         "targets": {"oracle_overthinking": list(OVERTHINKING_RANGE), "first_answer_wrong_min": FIRST_ANSWER_WRONG_MIN},
     }
-    text = json.dumps(doc, indent=1)
-    print(text)
-    if a.out:
-        with open(a.out, "w") as f:
-            f.write(text + "\n")
+    emit_result(doc, a.out)
 
 
 if __name__ == "__main__":

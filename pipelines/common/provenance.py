@@ -7,6 +7,7 @@ checks README's tables against those files).
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import subprocess
@@ -65,3 +66,11 @@ def provenance(command: str | None = None) -> dict:
         "machine": machine(),
         "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%MZ"),
     }
+
+
+def emit_result(doc: dict, out: str | None) -> None:
+    """A script's result document: printed, and written to `out` when one is given (docs/results/)."""
+    text = json.dumps(doc, indent=1)
+    print(text)
+    if out:
+        Path(out).write_text(text + "\n")
