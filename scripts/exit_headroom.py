@@ -32,7 +32,7 @@ from pathlib import Path
 import yaml
 
 from pipelines.calibrate.config import CalibrateConfig
-from pipelines.calibrate.job import _draft_token_ids, choose_exit, exit_outcome, grid, load_traces, trace_checks
+from pipelines.calibrate.job import choose_exit, draft_token_ids, exit_outcome, grid, load_traces, trace_checks
 from pipelines.common.provenance import emit_result, provenance
 from specexit_core.exit.replay import first_exit
 
@@ -141,7 +141,7 @@ def main() -> None:
     wd = Path(a.workdir)
     cfg = CalibrateConfig.model_validate(yaml.safe_load(Path(f"examples/{a.teacher}/calibrate.yaml").read_text()))
     settings = grid(cfg)
-    ids = _draft_token_ids(str(wd / "draft"))
+    ids = draft_token_ids(str(wd / "draft"))
     calibrated = json.loads((wd / "calibrated.json").read_text())
     chosen, temps = calibrated["exit"], list(calibrated["calibration"]["temperatures"])  # the run's, not the recipe's
     dev = {t: load_traces(str(wd / "calibrate" / "dev"), t) for t in temps}

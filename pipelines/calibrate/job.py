@@ -181,7 +181,7 @@ def choose_exit(points_by_t: dict[float, list[dict]], ref_by_t: dict[float, floa
     return best_setting(merged, ref_accuracy=0.0, tolerance=tolerance)["i"]
 
 
-def _draft_token_ids(draft_dir: str) -> dict:
+def draft_token_ids(draft_dir: str) -> dict:
     from specexit_core.draft.checkpoint import read_config
 
     ids = read_config(draft_dir).token_ids
@@ -234,7 +234,7 @@ def run_calibration(cfg: CalibrateConfig) -> dict:
     traces = traces_by_t[0.0]  # greedy: the headline figures and the peers' replay
     if any(not tr for tr in traces_by_t.values()):
         raise RuntimeError(f"no usable dev traces in {ev.output} at some temperature (every problem failed?)")
-    ids = _draft_token_ids(ev.draft)
+    ids = draft_token_ids(ev.draft)
     settings = grid(cfg)
     t1 = time.time()
     points_by_t = {t: replay(trs, settings, ids) for t, trs in traces_by_t.items()}

@@ -148,12 +148,12 @@ def check_replay_matches_the_engine(wd: Path) -> None:
     (a `<think>` written by the model was once counted as a think token by the replay alone)."""
     import pyarrow.parquet as pq
 
-    from pipelines.calibrate.job import _draft_token_ids, exit_outcome, load_traces, trace_checks
+    from pipelines.calibrate.job import draft_token_ids, exit_outcome, load_traces, trace_checks
     from specexit_core.exit import ExitConfig
     from specexit_core.exit.replay import first_exit
 
     exit_cfg = ExitConfig.from_dict(json.loads((wd / "calibrated.json").read_text())["exit"])
-    ids = _draft_token_ids(str(wd / "draft"))
+    ids = draft_token_ids(str(wd / "draft"))
     rows = pq.read_table(glob.glob(str(wd / "eval" / "part-*.parquet"))).to_pylist()
     engine = {
         r["problem_id"]: r for r in rows if r["method"] == "specexit" and r["status"] == "ok" and not r["temperature"]
