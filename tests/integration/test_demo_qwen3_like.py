@@ -5,9 +5,14 @@ target trained by Ray Train and loaded by vLLM, calibration, the Serve endpoint 
 with the `qwen3` parser and reporting usage telemetry, evaluation and report; the same JSON as the toy's.
 The teacher-generic checks: tests/support/demo_checks.py."""
 
+import json
+import subprocess
+import sys
+
 import pytest
 
 from support.demo_checks import check_teacher_demo, run_teacher_demo
+from support.paths import REPO_ROOT
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow(minutes=13)]
 
@@ -20,3 +25,19 @@ def test_qwen3_like_demo_quick(tmp_path):
     # Qwen3's template (thinking on): the prompt ends with the assistant header, the model opens <think>
     assert all(a.tok.decode(r["prompt_token_ids"]).endswith("<|im_end|>\n<|im_start|>assistant\n") for r in a.traces_ok)
     assert a.draft["draft_vocab_size"] == 192
+
+    # scripts/exit_headroom.py on the run: the calibrated exit replayed on the test traces, the
+    # test-chosen bound, the bigger-dev check (docs/teachers.md "How far any exit could go")
+    out = subprocess.run(
+        [sys.executable, "scripts/exit_headroom.py", str(run.wd), "qwen3_like", "--splits", "1"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    head = json.loads(out.stdout)
+    assert head["calibrated"]["exit"] == json.loads((run.wd / "calibrated.json").read_text())["exit"]
+    assert set(head["problems"]["test"]) == {"0.0"} and head["bigger_dev"]["splits"] == 1
+    for part in ("calibrated", "best_on_test"):
+        assert head[part]["0.0"]["think_tokens"] > 0 and head[part]["0.0"]["vs_oracle"] > 0
