@@ -15,6 +15,8 @@ calibration temperature, this replays the test traces and reports:
   tokens with accuracy within tolerance of EAGLE-3's at every temperature): not a fair result, an
   upper bound. When even it thinks more than 1.3x the oracle's tokens, no exit of this family,
   driven by this run's draft signals, can meet that target without losing accuracy;
+* `calibrated_losses`: the problems the engine's own SpecExit run lost against EAGLE-3, and how many of
+  them exited at a break whose greedy forced answer is wrong too (an exit too early, not an unlucky answer);
 * `bigger_dev` (`--splits N` random halves of the test problems): the dev split plus one half chooses,
   the other half judges, beside the dev split alone judged on the same half: whether more calibration
   problems would have helped.
@@ -32,45 +34,43 @@ from pathlib import Path
 import yaml
 
 from pipelines.calibrate.config import CalibrateConfig
-from pipelines.calibrate.job import choose_exit, draft_token_ids, exit_outcome, grid, load_traces, trace_checks
+from pipelines.calibrate.job import choose_exit, draft_token_ids, grid, load_traces, replay_outcomes, trace_checks
+from pipelines.common.parts import read_all
 from pipelines.common.provenance import emit_result, provenance
-from specexit_core.exit.replay import first_exit
+from specexit_core.exit import ExitConfig
 
 
-def _outcomes(traces: list[dict], settings: list, ids: dict) -> list[list[tuple[bool, int]]]:
-    """[setting][trace] -> (right, think tokens): the calibration replay's per-trace rule."""
-    checks: dict = {}
-    out = []
-    for s in settings:
-        row = []
-        for i, tr in enumerate(traces):
-            if (i, s.alpha) not in checks:
-                checks[(i, s.alpha)] = trace_checks(tr, s.alpha, ids)
-            row.append(exit_outcome(tr, first_exit(checks[(i, s.alpha)], s)))
-        out.append(row)
-    return out
+def _subset(outcomes: list, traces: list[dict], keep: list[int]) -> tuple[list, list[dict]]:
+    """The outcomes ([setting][trace]) and traces of the traces `keep`."""
+    return [[row[j] for j in keep] for row in outcomes], [traces[j] for j in keep]
 
 
-def _points(outcomes: list, keep: list[int]) -> list[dict]:
-    """Accuracy and mean think tokens of every setting over the traces `keep`."""
+def _pool(*parts: tuple[list, list[dict]]) -> tuple[list, list[dict]]:
+    """Several (outcomes, traces) subsets as one."""
+    return [sum((o[i] for o, _ in parts), []) for i in range(len(parts[0][0]))], sum((t for _, t in parts), [])
+
+
+def _points(outcomes: list) -> list[dict]:
+    """Accuracy and mean think tokens of every setting (what `replay` returns, from its outcomes)."""
     return [
-        {"accuracy": statistics.mean(row[j][0] for j in keep), "think_tokens": statistics.mean(row[j][1] for j in keep)}
+        {"accuracy": statistics.mean(ok for ok, _ in row), "think_tokens": statistics.mean(n for _, n in row)}
         for row in outcomes
     ]
 
 
-def _base(traces: list[dict], keep: list[int]) -> dict:
+def _base(traces: list[dict]) -> dict:
     return {
-        "eagle3_accuracy": statistics.mean(traces[j]["correct"] for j in keep),
-        "eagle3_think": statistics.mean(traces[j]["think_tokens"] for j in keep),
-        "oracle_think": statistics.mean(traces[j]["oracle_think"] for j in keep),
+        "eagle3_accuracy": statistics.mean(t["correct"] for t in traces),
+        "eagle3_think": statistics.mean(t["think_tokens"] for t in traces),
+        "oracle_think": statistics.mean(t["oracle_think"] for t in traces),
     }
 
 
-def _figures(i: int, points_by_t: dict, base_by_t: dict) -> dict:
+def _figures(i: int, pools: dict) -> dict:
+    """Setting `i` judged on each temperature's (outcomes, traces)."""
     out = {}
-    for t, pts in points_by_t.items():
-        b, p = base_by_t[t], pts[i]
+    for t, (outcomes, traces) in pools.items():
+        b, p = _base(traces), _points([outcomes[i]])[0]
         out[str(t)] = {
             "accuracy_vs_eagle3_points": round(100 * (p["accuracy"] - b["eagle3_accuracy"]), 1),
             "think_tokens": round(p["think_tokens"], 1),
@@ -80,44 +80,36 @@ def _figures(i: int, points_by_t: dict, base_by_t: dict) -> dict:
     return out
 
 
-def _choose(parts: list[tuple[dict, dict, dict]], temps: list, tolerance: float) -> int:
-    """The calibration's rule over the union of (outcomes, traces, kept ids) parts, per temperature."""
-    points, ref = {}, {}
-    for t in temps:
-        rows = [(o[t], tr[t], keep[t]) for o, tr, keep in parts]
-        n = sum(len(k) for _, _, k in rows)
-        points[t] = [
-            {
-                "accuracy": sum(sum(o[i][j][0] for j in k) for o, _, k in rows) / n,
-                "think_tokens": sum(sum(o[i][j][1] for j in k) for o, _, k in rows) / n,
-            }
-            for i in range(len(rows[0][0]))
-        ]
-        ref[t] = sum(sum(tr[j]["correct"] for j in k) for _, tr, k in rows) / n
+def _choose(pools: dict, tolerance: float) -> int:
+    """The calibration's own rule (`choose_exit`) on each temperature's (outcomes, traces)."""
+    points = {t: _points(o) for t, (o, _) in pools.items()}
+    ref = {t: _base(trs)["eagle3_accuracy"] for t, (_, trs) in pools.items()}
     return choose_exit(points, ref, tolerance)
 
 
-def _bigger_dev(dev, test, od, ot, temps, tolerance, splits: int) -> dict:
+def _bigger_dev(dev: dict, test: dict, tolerance: float, splits: int) -> dict:
     """Would more dev problems have chosen better? Half the test problems join the dev split, the
-    other half judges (`splits` random halves); beside it the dev split alone, judged on the same half."""
-    ids0 = [tr["id"] for tr in test[temps[0]]]
+    other half judges (`splits` random halves); beside it the dev split alone, judged on the same half.
+    `dev` / `test`: temperature -> (outcomes, traces)."""
+    temps = list(test)
+    ids0 = [tr["id"] for tr in test[temps[0]][1]]
     runs: dict = {"dev_alone": [], "dev_plus_half_test": []}
-    all_dev = {t: list(range(len(dev[t]))) for t in temps}
     for seed in range(splits):
         order = sorted(ids0, key=lambda x: random.Random(f"{seed}:{x}").random())
         half = set(order[: len(order) // 2])
-        a = {t: [j for j, tr in enumerate(test[t]) if tr["id"] in half] for t in temps}
-        b = {t: [j for j, tr in enumerate(test[t]) if tr["id"] not in half] for t in temps}
-        judge_pts = {t: _points(ot[t], b[t]) for t in temps}
-        judge_base = {t: _base(test[t], b[t]) for t in temps}
-        for name, parts in (
-            ("dev_alone", [(od, dev, all_dev)]),
-            ("dev_plus_half_test", [(od, dev, all_dev), (ot, test, a)]),
+
+        def side(t, inside: bool, half=half):
+            o, trs = test[t]
+            return _subset(o, trs, [j for j, tr in enumerate(trs) if (tr["id"] in half) == inside])
+
+        judge = {t: side(t, False) for t in temps}
+        for name, pools in (
+            ("dev_alone", dev),
+            ("dev_plus_half_test", {t: _pool(dev[t], side(t, True)) for t in temps}),
         ):
-            runs[name].append(_figures(_choose(parts, temps, tolerance), judge_pts, judge_base))
-    summary = {}
-    for name, rs in runs.items():
-        summary[name] = {
+            runs[name].append(_figures(_choose(pools, tolerance), judge))
+    summary = {
+        name: {
             str(t): {
                 k: {
                     "mean": round(statistics.mean(r[str(t)][k] for r in rs), 3),
@@ -128,7 +120,34 @@ def _bigger_dev(dev, test, od, ot, temps, tolerance, splits: int) -> dict:
             }
             for t in temps
         }
+        for name, rs in runs.items()
+    }
     return {"splits": splits, "judged_on": "the other half of the test problems", **summary}
+
+
+def _calibrated_losses(wd: Path, test: dict, chosen: ExitConfig, ids: dict) -> dict:
+    """Per temperature: the problems the engine's own SpecExit run got wrong where EAGLE-3 was right, and
+    how many of them exited at a break whose greedy forced answer (the oracle's probe) is wrong too, i.e.
+    exited too early rather than sampled an unlucky answer after a good exit."""
+    rows = read_all(str(wd / "eval"), ["problem_id", "status", "method", "temperature", "correct", "think_tokens"])
+    live = {
+        (r["problem_id"], round(float(r["temperature"]), 2)): r
+        for r in rows.to_pylist()
+        if r["method"] == "specexit" and r["status"] == "ok"
+    }
+    out = {}
+    for t, (_, traces) in test.items():
+        lost = premature = 0
+        for tr in traces:
+            r = live.get((tr["id"], round(t, 2)))
+            if r is None or r["correct"] or not tr["correct"]:
+                continue
+            lost += 1
+            # the break the engine exited at: the one after which it kept as many think tokens (none: no exit)
+            at = {c.think_tokens: c.index for c in trace_checks(tr, chosen.alpha, ids)}.get(r["think_tokens"])
+            premature += at is not None and not tr["probes"].get(at, True)
+        out[str(t)] = {"lost_vs_eagle3": lost, "exit_probe_also_wrong": premature}
+    return out
 
 
 def main() -> None:
@@ -144,15 +163,12 @@ def main() -> None:
     ids = draft_token_ids(str(wd / "draft"))
     calibrated = json.loads((wd / "calibrated.json").read_text())
     chosen, temps = calibrated["exit"], list(calibrated["calibration"]["temperatures"])  # the run's, not the recipe's
-    dev = {t: load_traces(str(wd / "calibrate" / "dev"), t) for t in temps}
-    test = {t: load_traces(str(wd / "eval"), t) for t in temps}
-    od = {t: _outcomes(dev[t], settings, ids) for t in temps}
-    ot = {t: _outcomes(test[t], settings, ids) for t in temps}
-    every = {t: list(range(len(test[t]))) for t in temps}
-    test_points = {t: _points(ot[t], every[t]) for t in temps}
-    base = {t: _base(test[t], every[t]) for t in temps}
+    dev_traces = {t: load_traces(str(wd / "calibrate" / "dev"), t) for t in temps}
+    test_traces = {t: load_traces(str(wd / "eval"), t) for t in temps}
+    dev = {t: (replay_outcomes(trs, settings, ids), trs) for t, trs in dev_traces.items()}
+    test = {t: (replay_outcomes(trs, settings, ids), trs) for t, trs in test_traces.items()}
     i_chosen = next(i for i, s in enumerate(settings) if s.to_dict() == chosen)
-    i_best = _choose([(ot, test, every)], temps, cfg.tolerance)
+    i_best = _choose(test, cfg.tolerance)
     doc = {
         "what": "the calibration grid replayed on a demo run's test traces: the dev-chosen exit, the exit the same "
         "rule would pick on the test split itself (an upper bound, not a result), and whether a bigger dev split "
@@ -161,13 +177,17 @@ def main() -> None:
         "teacher": a.teacher,
         "grid_size": len(settings),
         "tolerance": cfg.tolerance,
-        "problems": {"dev": {str(t): len(dev[t]) for t in temps}, "test": {str(t): len(test[t]) for t in temps}},
-        "test_split": {str(t): {k: round(v, 3) for k, v in b.items()} for t, b in base.items()},
-        "calibrated": {"exit": chosen, **_figures(i_chosen, test_points, base)},
-        "best_on_test": {"exit": settings[i_best].to_dict(), **_figures(i_best, test_points, base)},
+        "problems": {
+            "dev": {str(t): len(v) for t, v in dev_traces.items()},
+            "test": {str(t): len(v) for t, v in test_traces.items()},
+        },
+        "test_split": {str(t): {k: round(v, 3) for k, v in _base(trs).items()} for t, trs in test_traces.items()},
+        "calibrated": {"exit": chosen, **_figures(i_chosen, test)},
+        "calibrated_losses": _calibrated_losses(wd, test, settings[i_chosen], ids),
+        "best_on_test": {"exit": settings[i_best].to_dict(), **_figures(i_best, test)},
     }
     if a.splits:
-        doc["bigger_dev"] = _bigger_dev(dev, test, od, ot, temps, cfg.tolerance, a.splits)
+        doc["bigger_dev"] = _bigger_dev(dev, test, cfg.tolerance, a.splits)
     emit_result(doc, a.out)
 
 

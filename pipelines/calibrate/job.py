@@ -122,19 +122,29 @@ def load_traces(eval_dir: str, temperature: float = 0.0) -> list[dict]:
 
 def replay(traces: list[dict], settings: list[ExitConfig], token_ids: dict) -> list[dict]:
     """Accuracy and mean think tokens of every setting, from the signals and probes alone."""
+    return [
+        {
+            "exit": s.to_dict(),
+            "accuracy": statistics.mean(ok for ok, _ in row),
+            "think_tokens": statistics.mean(n for _, n in row),
+        }
+        for s, row in zip(settings, replay_outcomes(traces, settings, token_ids))
+    ]
+
+
+def replay_outcomes(traces: list[dict], settings: list[ExitConfig], token_ids: dict) -> list[list[tuple[bool, int]]]:
+    """[setting][trace] -> (answer right, think tokens): `exit_outcome` of every setting on every trace,
+    each trace's checks computed once per alpha."""
     cache: dict = {}
-    res = []
+    out = []
     for s in settings:
-        acc, think = [], []
+        row = []
         for i, tr in enumerate(traces):
-            key = (i, s.alpha)
-            if key not in cache:
-                cache[key] = trace_checks(tr, s.alpha, token_ids)
-            ok, n = exit_outcome(tr, first_exit(cache[key], s))
-            acc.append(ok)
-            think.append(n)
-        res.append({"exit": s.to_dict(), "accuracy": statistics.mean(acc), "think_tokens": statistics.mean(think)})
-    return res
+            if (i, s.alpha) not in cache:
+                cache[(i, s.alpha)] = trace_checks(tr, s.alpha, token_ids)
+            row.append(exit_outcome(tr, first_exit(cache[(i, s.alpha)], s)))
+        out.append(row)
+    return out
 
 
 def trace_checks(trace: dict, alpha: float, token_ids: dict) -> list:

@@ -37,7 +37,10 @@ def test_qwen3_like_demo_quick(tmp_path):
     )
     assert out.returncode == 0, out.stderr[-2000:]
     head = json.loads(out.stdout)
-    assert head["calibrated"]["exit"] == json.loads((run.wd / "calibrated.json").read_text())["exit"]
     assert set(head["problems"]["test"]) == {"0.0"} and head["bigger_dev"]["splits"] == 1
-    for part in ("calibrated", "best_on_test"):
-        assert head[part]["0.0"]["think_tokens"] > 0 and head[part]["0.0"]["vs_oracle"] > 0
+    cal, best = head["calibrated"]["0.0"], head["best_on_test"]["0.0"]
+    assert cal["think_tokens"] > 0 and best["think_tokens"] > 0
+    if cal["accuracy_vs_eagle3_points"] >= -100 * head["tolerance"]:  # the dev choice qualifies on test too:
+        assert best["think_tokens"] <= cal["think_tokens"]  # the rule picked on test thinks no more than it
+    losses = head["calibrated_losses"]["0.0"]
+    assert 0 <= losses["exit_probe_also_wrong"] <= losses["lost_vs_eagle3"] <= head["problems"]["test"]["0.0"]
