@@ -12,6 +12,9 @@
 # longest (`slow`) modules first (tests/conftest.py orders them). Then,
 # alone on the machine, the modules marked `serial`: timing under load, or default Ray ports.
 # SPECEXIT_TEST_WORKERS sets the number of workers (default 2; 1 runs everything in one process).
+# SPECEXIT_TEST_PROFILE=1 writes where the time went (per module, per fixture setup, every Ray cluster, vLLM
+# engine and Serve application started, and how long each start took) to runs/test-profile/profile.json
+# (tests/support/suite_profile.py; a folder instead of 1 puts it there).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -20,14 +23,23 @@ bash scripts/setup.sh
 .venv/bin/lint-imports
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 pytest=(.venv/bin/python -m pytest -q -ra)
+profile=(.venv/bin/python tests/support/suite_profile.py)
+export SPECEXIT_TEST_PROFILE_COMMAND="bash scripts/test.sh $*"
+"${profile[@]}" reset
 if [ $# -gt 0 ]; then
-  exec "${pytest[@]}" --durations=20 "$@"
+  status=0
+  SPECEXIT_TEST_PASS=args "${pytest[@]}" --durations=20 "$@" || status=$?
+  "${profile[@]}" build
+  exit "$status"
 fi
 workers="${SPECEXIT_TEST_WORKERS:-2}"
-if [ "$workers" -le 1 ]; then
-  exec "${pytest[@]}" --durations=40
-fi
 status=0
-"${pytest[@]}" --durations=40 -n "$workers" --dist loadfile --no-loadscope-reorder -m "not serial" || status=$?
-"${pytest[@]}" --durations=10 -m serial || status=$((status ? status : $?))
+if [ "$workers" -le 1 ]; then
+  SPECEXIT_TEST_PASS=one "${pytest[@]}" --durations=40 || status=$?
+else
+  SPECEXIT_TEST_PASS=parallel "${pytest[@]}" --durations=40 -n "$workers" --dist loadfile --no-loadscope-reorder \
+    -m "not serial" || status=$?
+  SPECEXIT_TEST_PASS=serial "${pytest[@]}" --durations=10 -m serial || status=$((status ? status : $?))
+fi
+"${profile[@]}" build
 exit "$status"

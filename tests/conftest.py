@@ -17,6 +17,17 @@ os.environ.update(
 )
 
 
+def _profile_the_suite() -> None:
+    """SPECEXIT_TEST_PROFILE=1: every process from here on records what it starts (support/suite_profile.py).
+    First, before anything imports Ray or vLLM."""
+    from support.suite_profile import enable
+
+    enable()
+
+
+_profile_the_suite()
+
+
 def _share_the_cores_between_workers() -> None:
     """In the parallel pass (scripts/test.sh: pytest-xdist workers on a 2-core machine) each worker's
     vLLM engines get a core of their own, and OpenMP threads spin briefly before they sleep. A vLLM CPU
@@ -48,6 +59,16 @@ def _patient_serve_proxies() -> None:
 _patient_serve_proxies()
 
 import pytest  # noqa: E402  (after HOME is private: nothing may read the user's home first)
+
+
+def pytest_configure(config):
+    from support.suite_profile import SuiteProfile, profile_dir
+
+    d = profile_dir()
+    if d is not None:
+        config.pluginmanager.register(
+            SuiteProfile(d, is_controller=not hasattr(config, "workerinput")), "suite_profile"
+        )
 
 
 def pytest_sessionfinish(session, exitstatus):
