@@ -1,6 +1,7 @@
 """README's main command runs (small n): teacher eval + vLLM with the SpecExit draft, off vs on."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -8,7 +9,7 @@ from support.cli import run_json, specexit
 from support.demo_checks import FIELDS, METHODS, check_replay_matches_the_engine
 from support.ports import free_port
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow(minutes=7)]
+pytestmark = [pytest.mark.vllm, pytest.mark.slow(minutes=6)]
 
 
 def test_toy_demo_json():
@@ -19,16 +20,22 @@ def test_toy_demo_json():
     assert res["think_token_reduction"] > 0.1
 
 
-def test_main_demo_quick(tmp_path, monkeypatch):
-    """`specexit demo --quick --json`: every stage runs for real (Ray Data, Ray Train, Ray Serve, vLLM)
-    and the last line is the per-method summary of issue #7."""
-    from pathlib import Path
-
-    wd = tmp_path / "demo"
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    """`specexit demo --quick --json`, once for the module: every stage runs for real (Ray Data, Ray Train,
+    Ray Serve, vLLM); the tests below check each stage's part of its output and work folder."""
+    wd = tmp_path_factory.mktemp("toy-demo") / "demo"
     out, res = run_json(
         specexit("demo", "--quick", "--json", "--workdir", str(wd), "--port", str(free_port())), timeout=1500
     )
-    assert set(res["methods"]) == METHODS  # the JSON's public interface (tests/support/demo_checks.py)
+    return out, res, wd
+
+
+def test_summary_json_has_every_method_and_field(demo):
+    """The last line is the per-method summary of issue #7 (the JSON's public interface:
+    tests/support/demo_checks.py)."""
+    _, res, _ = demo
+    assert set(res["methods"]) == METHODS
     for name, m in res["methods"].items():
         assert set(m) == FIELDS
         assert 0 <= m["accuracy"] <= 1 and m["latency_s"] > 0
@@ -40,29 +47,50 @@ def test_main_demo_quick(tmp_path, monkeypatch):
     assert ms["deer"]["probe_requests"] > 0 and ms["dynasor"]["probe_requests"] > 0
     assert ms["eagle3"]["probe_requests"] == 0 and ms["specexit"]["probe_requests"] == 0
     assert ms["oracle"]["think_tokens"] <= ms["eagle3"]["think_tokens"]
-    # every stage ran and is accounted for
+
+
+def test_every_stage_ran_and_is_accounted_for(demo):
+    _, res, _ = demo
     st = res["stages"]
     assert list(st) == ["traces", "labels", "train_draft", "calibrate", "serve", "evaluate"]
     assert st["traces"]["ok"] + st["traces"]["errors"] == st["traces"]["input_rows"] == 24
     assert st["train_draft"]["step"] == 6
     assert st["serve"]["requests"] == 4 and st["serve"]["reasoning_separated"]
     assert st["evaluate"]["complete"] and st["evaluate"]["n"] == 4
-    # the draft the demo trained is what was served and evaluated; the report is there
+    assert isinstance(st["calibrate"]["at_grid_edge"], list)
+
+
+def test_the_calibrated_draft_is_what_was_served_and_evaluated(demo):
+    _, res, wd = demo
     draft = json.loads((wd / "draft" / "config.json").read_text())
-    assert draft["specexit"]["exit_defaults"] == st["calibrate"]["exit"]
+    assert draft["specexit"]["exit_defaults"] == res["stages"]["calibrate"]["exit"]
+
+
+def test_report_and_plots(demo):
+    _, res, _ = demo
     report = Path(res["report"])
     assert report.exists() and "| specexit |" in report.read_text()
     for png in ("pareto.png", "latency.png", "signals.png"):
         assert (report.parent / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_progress_is_visible_and_ray_stops_before_the_summary(demo):
+    out, _, _ = demo
     assert "[demo] stage 6/6: evaluate done" in out.stderr  # progress is visible
     # Ray is down before the summary is printed, and the demo says so last on stderr: nothing follows
     # that line (vLLM actors' resource_tracker warnings and tracebacks still appear *during* the run,
     # streamed by Ray, up to the moment it stops; they can no longer come after the summary)
     assert "[demo] done in" in out.stderr.strip().splitlines()[-1], out.stderr[-2000:]
     assert "Ray stopped" in out.stderr.strip().splitlines()[-1]
-    assert isinstance(st["calibrate"]["at_grid_edge"], list)
-    _check_calibration(wd, draft, monkeypatch)
-    check_replay_matches_the_engine(wd)
+
+
+def test_calibration(demo, monkeypatch):
+    _, _, wd = demo
+    _check_calibration(wd, json.loads((wd / "draft" / "config.json").read_text()), monkeypatch)
+
+
+def test_calibration_replay_matches_the_engine(demo):
+    check_replay_matches_the_engine(demo[2])
 
 
 def _check_calibration(wd, draft: dict, monkeypatch) -> None:

@@ -3,7 +3,9 @@
 template that close `</think>`, labels at BPE paragraph breaks, a small top-N draft vocab over the big
 target trained by Ray Train and loaded by vLLM, calibration, the Serve endpoint splitting the reasoning
 with the `qwen3` parser and reporting usage telemetry, evaluation and report; the same JSON as the toy's.
-The teacher-generic checks: tests/support/demo_checks.py."""
+
+The demo runs once (the module's `run`); each stage is checked by a test of its own reading its work
+folder. The teacher-generic checks: tests/support/demo_checks.py."""
 
 import json
 import subprocess
@@ -11,23 +13,55 @@ import sys
 
 import pytest
 
-from support.demo_checks import check_teacher_demo, run_teacher_demo
+from support import demo_checks as dc
 from support.paths import REPO_ROOT
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow(minutes=13)]
+pytestmark = [pytest.mark.vllm, pytest.mark.slow(minutes=5.5)]
 
 
-def test_qwen3_like_demo_quick(tmp_path):
+@pytest.fixture(scope="module")
+def spec():
     from specexit_core.teachers import qwen3_like as q3
 
-    run = run_teacher_demo(tmp_path, "qwen3-like")
-    a = check_teacher_demo(run, q3.SPEC)
-    # Qwen3's template (thinking on): the prompt ends with the assistant header, the model opens <think>
-    assert all(a.tok.decode(r["prompt_token_ids"]).endswith("<|im_end|>\n<|im_start|>assistant\n") for r in a.traces_ok)
-    assert a.draft["draft_vocab_size"] == 192
+    return q3.SPEC
 
-    # scripts/exit_headroom.py on the run: the calibrated exit replayed on the test traces, the
-    # test-chosen bound, the bigger-dev check (docs/teachers.md "How far any exit could go")
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    return dc.run_teacher_demo(tmp_path_factory.mktemp("qwen3-like"), "qwen3-like")
+
+
+def test_summary_json_and_every_stage(run, spec):
+    dc.check_teacher_summary(run, spec)
+
+
+def test_traces_in_qwen3s_template_the_model_opens_the_thinking(run, spec):
+    ok = dc.check_teacher_traces(run, spec)
+    # Qwen3's template (thinking on): the prompt ends with the assistant header, the model opens <think>
+    tok = spec.load_tokenizer()
+    assert all(tok.decode(r["prompt_token_ids"]).endswith("<|im_end|>\n<|im_start|>assistant\n") for r in ok)
+
+
+def test_labels_at_bpe_paragraph_breaks(run, spec):
+    dc.check_teacher_labels(run, spec)
+
+
+def test_draft_top_n_vocab_over_the_full_vocabulary(run, spec):
+    assert dc.check_teacher_draft(run, spec)["draft_vocab_size"] == 192
+
+
+def test_endpoint_splits_the_reasoning_with_the_qwen3_parser(run, spec):
+    dc.check_teacher_serve(run, spec)
+
+
+def test_calibration_replay_matches_the_engine(run):
+    """The model writes `<think>` itself here: the replay once counted it as a think token."""
+    dc.check_replay_matches_the_engine(run.wd)
+
+
+def test_exit_headroom_script_on_the_run(run):
+    """scripts/exit_headroom.py on the run: the calibrated exit replayed on the test traces, the
+    test-chosen bound, the bigger-dev check (docs/teachers.md "How far any exit could go")."""
     out = subprocess.run(
         [sys.executable, "scripts/exit_headroom.py", str(run.wd), "qwen3_like", "--splits", "1"],
         cwd=REPO_ROOT,

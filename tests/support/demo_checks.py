@@ -6,7 +6,8 @@ full vocabulary, the Serve endpoint splitting the reasoning with its vLLM parser
 The teacher's constants come from its `TeacherSpec` (think ids, full vocabulary, template shape,
 parser) and the sizes from its demo recipe (`examples/<name>/demo.yaml`, quick block); the test module
 of each teacher (`tests/integration/test_demo_<name>.py`, one per teacher so that pytest-xdist's
-`loadfile` runs them on different workers) adds what is particular to its template."""
+`loadfile` runs them on different workers) runs the demo once and checks each stage in a test of its
+own (`check_teacher_<stage>` here), adding what is particular to its template."""
 
 from __future__ import annotations
 
@@ -42,21 +43,10 @@ class DemoRun:
     teachers: Path  # $SPECEXIT_TEACHERS_DIR of the run (the teacher materialised there on first use)
 
 
-@dataclass
-class DemoArtifacts:
-    """What the run wrote, read back for the teacher's own checks."""
-
-    tok: object  # the teacher's tokenizer
-    traces_ok: list[dict]  # trace rows with status ok
-    labels: list[dict]  # label rows with at least one boundary
-    breaks: set[str]  # decoded boundary tokens
-    draft: dict  # the draft's config.json
-    serve: dict  # serve.json (summary + rows)
-
-
 def run_teacher_demo(tmp_path: Path, teacher: str, *, timeout: float = 2400) -> DemoRun:
     """`specexit demo --teacher TEACHER --quick --json` in `tmp_path/demo`, materialising the teacher
-    into `tmp_path/teachers` (by the run itself: driver and Ray workers), offline."""
+    into `tmp_path/teachers` (by the run itself: driver and Ray workers), offline. Run once per test
+    module (a module-scoped fixture); each stage's checks are tests of their own that read its work."""
     wd, teachers = tmp_path / "demo", tmp_path / "teachers"
     env = {**os.environ, "SPECEXIT_TEACHERS_DIR": str(teachers), "HF_HUB_OFFLINE": "1"}
     argv = specexit("demo", "--teacher", teacher, "--quick", "--json", "--workdir", str(wd), "--port", str(free_port()))
@@ -73,17 +63,27 @@ def prompt_ending(spec, tok) -> str:
     return text[text.rindex(p.prompt) + len(p.prompt) :]
 
 
-def check_teacher_demo(run: DemoRun, spec) -> DemoArtifacts:
-    """The teacher-generic assertions on a quick demo run of `spec`'s teacher; returns what it read."""
+def traces_ok(wd: Path) -> list[dict]:
+    """The run's trace rows with status ok."""
     import pyarrow.parquet as pq
 
-    from specexit_app.demo_config import load_demo_config
-    from specexit_core.exit.split_tokens import split_token_ids
-    from specexit_core.typed_config import read_yaml
+    traces = pq.read_table(glob.glob(str(wd / "traces" / "part-*.parquet"))).to_pylist()
+    return [r for r in traces if r["status"] == "ok"]
 
-    res, wd, st = run.res, run.wd, run.res["stages"]
+
+def label_rows(wd: Path) -> list[dict]:
+    """The run's label rows that have at least one probed break."""
+    import pyarrow.parquet as pq
+
+    return [r for r in pq.read_table(glob.glob(str(wd / "labels" / "part-*.parquet"))).to_pylist() if r["boundaries"]]
+
+
+def check_teacher_summary(run: DemoRun, spec) -> None:
+    """The toy demo's JSON, plus the teacher's name; every stage ran with the quick recipe's sizes."""
+    from specexit_app.demo_config import load_demo_config
+
+    res, st = run.res, run.res["stages"]
     cfg = load_demo_config(teacher=spec.name, quick=True)
-    # the toy demo's JSON, plus the teacher's name
     assert res["teacher"] == spec.name
     assert set(res["methods"]) == METHODS
     for name, m in res["methods"].items():
@@ -96,12 +96,16 @@ def check_teacher_demo(run: DemoRun, spec) -> DemoArtifacts:
     assert st["train_draft"]["step"] == cfg.train_steps
     assert st["evaluate"]["complete"] and st["evaluate"]["n"] == cfg.eval_problems
     assert (run.teachers / spec.name / "config.json").exists()
+    report = Path(res["report"])
+    assert report.exists() and "| specexit |" in report.read_text()
+    assert "Ray stopped" in run.out.stderr.strip().splitlines()[-1]
 
-    # traces: the teacher's chat template, closed by its </think>; the thinking is opened by the prompt
-    # (R1: then never again by the model) or by the model (Qwen3)
+
+def check_teacher_traces(run: DemoRun, spec) -> list[dict]:
+    """Traces in the teacher's chat template, closed by its </think>; the thinking is opened by the prompt
+    (R1: then never again by the model) or by the model (Qwen3). Returns the ok rows."""
     tok = spec.load_tokenizer()
-    traces = pq.read_table(glob.glob(str(wd / "traces" / "part-*.parquet"))).to_pylist()
-    ok = [r for r in traces if r["status"] == "ok"]
+    ok = traces_ok(run.wd)
     ending = prompt_ending(spec, tok)
     assert ok and all(tok.decode(r["prompt_token_ids"]).endswith(ending) for r in ok)
     assert all((spec.think_start_id in r["prompt_token_ids"]) == spec.think_in_prompt for r in ok)
@@ -109,36 +113,54 @@ def check_teacher_demo(run: DemoRun, spec) -> DemoArtifacts:
         assert all(spec.think_start_id not in r["completion_token_ids"] for r in ok)
     closed = [r for r in ok if r["finished_think"]]
     assert closed and all(spec.think_end_id in r["completion_token_ids"] for r in closed)
+    return ok
 
-    # labels: probed at the tokenizer's single-token paragraph breaks (".\n\n", not a bare "\n\n" after a period)
-    labels = [r for r in pq.read_table(glob.glob(str(wd / "labels" / "part-*.parquet"))).to_pylist() if r["boundaries"]]
+
+def check_teacher_labels(run: DemoRun, spec) -> set[str]:
+    """Labels probed at the tokenizer's single-token paragraph breaks (".\n\n", not a bare "\n\n" after a
+    period). Returns the decoded breaks."""
+    from specexit_core.exit.split_tokens import split_token_ids
+
+    tok = spec.load_tokenizer()
+    labels = label_rows(run.wd)
     split = set(split_token_ids(tok))
     assert labels and all(r["completion_token_ids"][b] in split for r in labels for b in r["boundaries"])
     breaks = {tok.decode([r["completion_token_ids"][b]]) for r in labels for b in r["boundaries"]}
     assert breaks and all(b.endswith("\n\n") for b in breaks) and ".\n\n" in breaks
+    return breaks
 
-    # the draft: a small top-N vocab over the full target vocabulary, calibrated, then served and evaluated
-    draft = json.loads((wd / "draft" / "config.json").read_text())
+
+def check_teacher_draft(run: DemoRun, spec) -> dict:
+    """A small top-N draft vocab over the full target vocabulary, calibrated, then served and evaluated.
+    Returns the draft's config.json."""
+    from specexit_app.demo_config import load_demo_config
+    from specexit_core.typed_config import read_yaml
+
+    cfg = load_demo_config(teacher=spec.name, quick=True)
+    draft = json.loads((run.wd / "draft" / "config.json").read_text())
     assert draft["vocab_size"] == spec.full_vocab_size
     assert draft["draft_vocab_size"] == read_yaml(cfg.train_draft)["draft_vocab_size"]
-    assert draft["specexit"]["exit_defaults"] == st["calibrate"]["exit"]
+    assert draft["specexit"]["exit_defaults"] == run.res["stages"]["calibrate"]["exit"]
+    return draft
 
-    # the endpoint: the teacher's reasoning parser (the serve recipe's) returns the thinking as
-    # reasoning, usage carries SpecExit's telemetry
+
+def check_teacher_serve(run: DemoRun, spec) -> dict:
+    """The endpoint: the teacher's reasoning parser (the serve recipe's) returns the thinking as reasoning,
+    usage carries SpecExit's telemetry. Returns serve.json (summary + rows)."""
+    from specexit_app.demo_config import load_demo_config
+    from specexit_core.typed_config import read_yaml
+
+    cfg = load_demo_config(teacher=spec.name, quick=True)
     serve_app = read_yaml(cfg.serve)["applications"][0]["args"]["model"]
     assert serve_app["reasoning_parser"] == spec.reasoning_parser and serve_app["source"] == f"teacher:{spec.name}"
-    serve = json.loads((wd / "serve.json").read_text())
+    serve = json.loads((run.wd / "serve.json").read_text())
     assert serve["requests"] == 2 * cfg.serve_requests and serve["reasoning_separated"]
-    assert st["serve"]["reasoning_separated"]
+    assert run.res["stages"]["serve"]["reasoning_separated"]
     for r in serve["rows"]:  # (a thinking that never closes comes back all reasoning, answer None)
         assert r["reasoning"] and "</think>" not in (r["answer"] or "") and "<think>" not in r["reasoning"]
         assert r["usage_specexit"]["enabled"] == r["specexit"] and r["usage_specexit"]["think_tokens"] > 0
     assert any(r["answer"] for r in serve["rows"])  # at least one closed thinking, split by the parser
-    check_replay_matches_the_engine(wd)
-    report = Path(res["report"])
-    assert report.exists() and "| specexit |" in report.read_text()
-    assert "Ray stopped" in run.out.stderr.strip().splitlines()[-1]
-    return DemoArtifacts(tok, ok, labels, breaks, draft, serve)
+    return serve
 
 
 def check_replay_matches_the_engine(wd: Path) -> None:
