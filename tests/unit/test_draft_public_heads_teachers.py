@@ -17,7 +17,7 @@ the 7 that vLLM's default aux layers (2, L // 2, L - 3) need: a head naming no l
 with that reason, and the same head naming its layers (as SpecForge / AQ-MedAI heads do, in
 `eagle_config`) imports. No Ray, no vLLM engine: the vLLM side is the plugin's own load-time checks
 (both teachers); `vllm_load_report` (vLLM's own EAGLE-3 config and weight loader on a converted head) is
-run for qwen3-like by tests/integration/test_teachers_vllm.py (~35 s of CPU with vLLM's cold caches).
+run for qwen3-like by tests/integration/test_vllm_plugin_teachers.py (~35 s of CPU with vLLM's cold caches).
 """
 
 from __future__ import annotations
@@ -442,7 +442,7 @@ def vllm_load_report(target: str, draft: str, pg_file: str) -> dict:
     class built in a one-process gloo group and its `load_weights` (vLLM's name mapping: `midlayer.*`,
     `d2t` -> `draft_id_to_target_id`, `t2d` skipped; an unknown name is an error), and the plugin's
     runner state from vLLM's config object. Run it in a subprocess (vLLM's process-wide state);
-    tests/integration/test_teachers_vllm.py does, for qwen3-like."""
+    tests/integration/test_vllm_plugin_teachers.py does, for qwen3-like."""
     import torch
     from safetensors.torch import load_file
     from vllm.config import set_current_vllm_config
