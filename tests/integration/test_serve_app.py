@@ -1,7 +1,9 @@
 """The Serve app for real: Ray Serve + vLLM CPU engine + toy teacher/SpecExit draft, over HTTP with the
 official `openai` client and httpx. One app is shared by the whole module (engine start ~30 s), next to a
-second small app with a 1 s deadline (its engine starts alongside); the fault-injection tests run last
-because they restart the engine replica."""
+second small app with a 1 s deadline and a third whose replica runs tensor parallel (TP=2: vLLM's CPU
+backend runs one rank per process, each bound to its own core), all started side by side in one Serve
+instance. The TP=2 replica must give the same greedy outputs and the same SpecExit decisions as the main
+app's TP=1 replica. The fault-injection tests run last because they restart the engine replica."""
 
 import asyncio
 import os
@@ -16,7 +18,7 @@ import pytest
 from specexit_core.vllm_env import engine_cores_bind
 from support.serve import ServeApp, running_serve, server_log_excerpt, toy_model_args, wait_generating
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow(minutes=10)]
+pytestmark = [pytest.mark.vllm, pytest.mark.slow(minutes=5)]
 
 KEY = "sk-test-file-key"
 ENV_KEY = "sk-test-env-key"
@@ -26,6 +28,8 @@ SERVER = f"SpecExitLLMServer:{MODEL}"
 INGRESS = "SpecExitIngress"
 # the second app: a deadline shorter than its generations, an engine that runs 4 sequences at a time
 SHORT, SHORT_MODEL, SHORT_DEADLINE_S = "short", "specexit-toy-short", 1.0
+# the third: the same model and draft on a TP=2 replica, no auth (compared with the main app's TP=1 replica)
+TP2, TP2_MODEL = "tp2", "specexit-toy-tp2"
 LIMITS = {"max_n": 8, "max_messages": 32, "max_body_bytes": 65536}
 # per API operation; derandomized, so CI runs the same cases every time (SPECEXIT_FUZZ_EXAMPLES: more, to hunt)
 FUZZ_EXAMPLES = int(os.environ.get("SPECEXIT_FUZZ_EXAMPLES", "40"))
@@ -59,12 +63,29 @@ def short_app_args() -> dict:
     }
 
 
+def tp2_app_args() -> dict:
+    return {
+        "model": toy_model_args(
+            TP2_MODEL,
+            tensor_parallel_size=2,
+            max_num_seqs=8,
+            seed=0,
+            cpu={"kv_cache_gib": 1, "omp_threads_bind": "0|1"},
+        ),
+        "request_timeout_s": 120,
+    }
+
+
 @pytest.fixture(scope="module")
 def base(tmp_path_factory):
     key_file = tmp_path_factory.mktemp("secret") / "keys"
     key_file.write_text(f"# test keys\n{KEY}\n")
     os.environ["SPECEXIT_TEST_API_KEYS"] = ENV_KEY  # workers inherit the driver's env at ray.init
-    apps = ServeApp(APP, app_args(str(key_file))), ServeApp(SHORT, short_app_args(), route_prefix="/short")
+    apps = (
+        ServeApp(APP, app_args(str(key_file))),
+        ServeApp(SHORT, short_app_args(), route_prefix="/short"),
+        ServeApp(TP2, tp2_app_args(), route_prefix="/tp2"),
+    )
     with running_serve(*apps) as url:
         _wait_ready(url)
         yield url
@@ -484,6 +505,56 @@ async def _fire(base: str, n: int, concurrency: int, body: dict, timeout: float 
                     return type(e).__name__, None, str(e)
 
         return await asyncio.gather(*(one(i) for i in range(n)))
+
+
+TP_PROMPTS = [
+    "Compute from left to right : 7 + 5 * 3 - 4",
+    "Compute from left to right : 12 - 3 + 8 * 2",
+    "Compute from left to right : 9 * 9 - 17 + 4 - 30",
+]
+
+
+def _tp_chat(url: str, tp: int, prompt: str, xargs: dict | None) -> dict:
+    """One greedy chat completion from the TP=1 replica (the main app) or the TP=2 one."""
+    body = {
+        "model": MODEL if tp == 1 else TP2_MODEL,
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": 300,
+        "temperature": 0,
+        "stream_options": None,
+    }
+    if xargs:
+        body["vllm_xargs"] = xargs
+    r = httpx.post(f"{url}{'' if tp == 1 else '/tp2'}/v1/chat/completions", json=body, headers=auth(), timeout=120)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+@pytest.mark.parametrize("xargs", [None, {"specexit_enabled": 0}], ids=["specexit-on", "specexit-off"])
+def test_tp2_matches_tp1(base, xargs):
+    for p in TP_PROMPTS:
+        a, b = _tp_chat(base, 1, p, xargs), _tp_chat(base, 2, p, xargs)
+        ma, mb = a["choices"][0]["message"], b["choices"][0]["message"]
+        assert (ma["reasoning"], ma["content"]) == (mb["reasoning"], mb["content"])
+        sa, sb = a["usage"]["specexit"], b["usage"]["specexit"]
+        assert {**sa, "signals": None} == {**sb, "signals": None}  # same exit, same place
+        if sa["signals"]:  # smoothed signals agree up to float32 reduction order across ranks
+            assert sa["signals"] == pytest.approx(sb["signals"], rel=1e-5)
+
+
+def test_tp2_replica_runs_two_ranks(base):
+    from ray import serve
+
+    def procs(deployment: str, app: str) -> list[str]:
+        h = serve.get_deployment_handle(deployment, app_name=app)
+        return [name for _, name in h.specexit_engine_pids.remote().result(timeout_s=30)["named"]]
+
+    tp1, tp2 = procs(SERVER, APP), procs(f"SpecExitLLMServer:{TP2_MODEL}", TP2)
+    workers = [n for n in tp2 if "Worker" in n or "TP" in n]
+    print("tp1:", tp1, "tp2:", tp2)
+    assert len(tp2) > len(tp1) and len(workers) >= 2, (tp1, tp2)
+    # one rank on CPU: the engine core runs the model itself, no worker process (run_model_in_engine_core)
+    assert any("EngineCore" in n for n in tp1) and not [n for n in tp1 if "Worker" in n], tp1
 
 
 def test_load_200_requests_at_concurrency_16(base):
