@@ -4,7 +4,7 @@
 #
 #   bash scripts/test.sh                   everything (integration tests take a while)
 #   bash scripts/test.sh tests/unit        the fast tests only: no Ray cluster, no vLLM engine, < 1 min
-#   bash scripts/test.sh tests/integration/test_serve_tp.py -k tp2
+#   bash scripts/test.sh tests/integration/test_serve_app.py -k tp2
 #
 # Everything (no arguments) runs in two passes. First the test modules in parallel, one module per
 # pytest-xdist worker (a module's fixtures own its Ray cluster and engines, so a module never spans two

@@ -10,7 +10,7 @@ import pytest
 from specexit_app.cli import main as cli_main
 from specexit_core.bench.longgen_bench import METHODS
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow(minutes=2)]
+pytestmark = [pytest.mark.vllm, pytest.mark.slow(minutes=0.7)]
 
 
 def test_bench_longgen_on_the_long_writer(capsys, telemetry_dir):

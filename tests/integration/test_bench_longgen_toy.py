@@ -11,7 +11,7 @@ from specexit_app.cli import main as cli_main
 from specexit_core.bench.longgen_bench import METHODS
 from support.longgen_keys import PUBLIC_ROW_KEYS
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow(minutes=2)]
+pytestmark = [pytest.mark.vllm, pytest.mark.slow(minutes=1)]
 KEYS = PUBLIC_ROW_KEYS
 
 

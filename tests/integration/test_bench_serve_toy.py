@@ -8,7 +8,7 @@ import pytest
 
 from specexit_app.cli import main as cli_main
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow(minutes=2)]
+pytestmark = [pytest.mark.vllm, pytest.mark.slow(minutes=1)]
 
 
 def test_bench_serve_on_the_toy(capsys, tmp_path):

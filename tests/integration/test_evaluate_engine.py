@@ -13,7 +13,7 @@ import yaml
 from support.cli import run_json
 from support.paths import REPO_ROOT
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow(minutes=2)]
+pytestmark = [pytest.mark.vllm, pytest.mark.slow(minutes=1.5)]
 METHODS = ["plain", "eagle3", "specexit", "specexit_paper", "budget", "deer", "dynasor", "nothink", "oracle"]
 FIELDS = ["accuracy", "think_tokens", "answer_tokens", "latency_s", "acceptance_length", "probe_requests"]
 

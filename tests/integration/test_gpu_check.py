@@ -11,7 +11,7 @@ import pytest
 from support.cli import run
 from support.paths import REPO_ROOT
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow(minutes=2)]
+pytestmark = [pytest.mark.vllm, pytest.mark.slow(minutes=1)]
 
 
 def test_gpu_check_smoke_real_shape(tmp_path):

@@ -14,7 +14,7 @@ import pytest
 from specexit_core.bench.kv_measures import PRESSURE_KEYS, RESTART_KEYS
 from support.cli import run_json, specexit
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow(minutes=3)]
+pytestmark = [pytest.mark.vllm, pytest.mark.slow(minutes=2)]
 
 ARGS = ["--restart-prompts", "2", "--num-blocks", "40", "--max-concurrency", "12", "--max-tokens", "400"]
 ARGS += ["--exit-config", "examples/toy/calibrated.json"]

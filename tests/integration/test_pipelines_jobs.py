@@ -31,7 +31,7 @@ from support.cli import run as run_cmd
 from support.ray_head import LocalHead, retry_no_agent
 from support.runbook import job_commands, stage_of
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow(minutes=15)]
+pytestmark = [pytest.mark.vllm, pytest.mark.slow(minutes=11)]
 
 N_GOOD = 12  # + 5 bad rows: 5 parts of 4 rows, enough for a kill after the first and two retried writers
 STEPS = 20  # draft training steps (checkpoints every 5: one to resume from before the kill, more after)

@@ -10,7 +10,7 @@ from specexit_core.toy.paths import DRAFT_DIR
 from specexit_core.toy.task import extract_answer, grade, problems
 from specexit_core.toy.teacher_eval import prompt_ids
 
-pytestmark = pytest.mark.slow(minutes=4)
+pytestmark = pytest.mark.slow(minutes=1.5)
 
 N_PROMPTS = 50
 OFF = ExitConfig(enabled=False)

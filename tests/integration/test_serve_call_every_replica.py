@@ -13,7 +13,7 @@ from ray.serve.config import RequestRouterConfig
 from serve_app.ray_llm import call_every_replica
 from serve_app.routing import ROUTER_PATH
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow(minutes=1)]
+pytestmark = [pytest.mark.vllm, pytest.mark.slow(minutes=0.3)]
 
 
 @serve.deployment(

@@ -22,7 +22,7 @@ from specexit_core.toy.task import problems
 from support.serve import ServeApp, running_serve, toy_model_args, wait_generating
 
 # routing by prefix is decided by text, not timing: the parallel pass is fine
-pytestmark = [pytest.mark.vllm, pytest.mark.slow(minutes=3)]
+pytestmark = [pytest.mark.vllm, pytest.mark.slow(minutes=1.5)]
 
 MODEL = "toy-prefix"
 APP = "prefix"

@@ -26,7 +26,7 @@ from specexit_core.toy.traces import make_trace
 from support.cli import output_json, run_json
 from support.ray_head import LocalHead, retry_no_agent
 
-pytestmark = [pytest.mark.slow(minutes=3)]
+pytestmark = [pytest.mark.slow(minutes=2.5)]
 
 N_TRACES = 16
 STEPS = 30

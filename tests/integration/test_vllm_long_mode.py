@@ -15,7 +15,7 @@ from specexit_core.toy.task import problems
 from specexit_core.toy.teacher_eval import prompt_ids
 from specexit_core.vllm_env import apply_cpu_defaults, toy_llm_kwargs
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow(minutes=4)]
+pytestmark = [pytest.mark.vllm, pytest.mark.slow(minutes=1.5)]
 MAX_TOKENS = 200
 # `always`: every full n-gram match replaces EAGLE's drafts, so the n-gram path runs as often as it can
 NGRAM_ONLY = {"specexit": False, "long": {"ngram": True, "ngram_min": 2, "ngram_policy": "always"}}

@@ -16,7 +16,7 @@ from specexit_core.toy.task import problems
 from specexit_core.toy.teacher_eval import prompt_ids
 from specexit_core.vllm_env import apply_cpu_defaults, toy_llm_kwargs
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow(minutes=6)]
+pytestmark = [pytest.mark.vllm, pytest.mark.slow(minutes=3.5)]
 N_PARITY = 100
 MAX_TOKENS = 400
 
