@@ -11,11 +11,11 @@ not import vLLM's heavy modules itself.
 from __future__ import annotations
 
 import functools
-import importlib.abc
-import importlib.machinery
 import sys
 
 import pytest
+
+from support.profile_hooks.after_import import AfterImport
 
 MOVE = "fake it, or move the test to tests/integration/"
 
@@ -47,39 +47,12 @@ def _guard_module(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setattr(target, attr, _refuse(what))
 
 
-class _GuardOnImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Guards a GUARDED module right after it first loads during a test."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch):
-        self.monkeypatch = monkeypatch
-        self.loaders: dict[str, importlib.abc.Loader] = {}
-
-    def find_spec(self, name, path, target=None):
-        if name not in GUARDED:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(name, path)
-        if spec is None or spec.loader is None:
-            return None
-        self.loaders[name] = spec.loader
-        spec.loader = self
-        return spec
-
-    def create_module(self, spec):
-        return self.loaders[spec.name].create_module(spec)
-
-    def exec_module(self, module):
-        loader = self.loaders.pop(module.__name__)
-        module.__spec__.loader = module.__loader__ = loader  # the module keeps its own loader
-        loader.exec_module(module)
-        _guard_module(module.__name__, self.monkeypatch)
-
-
 @pytest.fixture(autouse=True)
 def no_ray_cluster_no_vllm_engine(monkeypatch):
     for name in GUARDED:
         if name in sys.modules:
             _guard_module(name, monkeypatch)
-    hook = _GuardOnImport(monkeypatch)
+    hook = AfterImport(GUARDED, lambda module: _guard_module(module.__name__, monkeypatch))  # first loads too
     sys.meta_path.insert(0, hook)
     try:
         yield

@@ -19,15 +19,16 @@ from __future__ import annotations
 
 import atexit
 import functools
-import importlib.abc
-import importlib.machinery
 import json
 import os
 import sys
 import time
 
+from after_import import AfterImport  # this folder is on sys.path wherever this file is loaded
+
 _DIR = os.environ.get("SPECEXIT_TEST_PROFILE_DIR")
 _PROCESS_START = time.time()
+_installed = False
 
 
 def record(kind: str, start: float, stop: float, **detail) -> None:
@@ -112,33 +113,11 @@ PATCHES = {
 }
 
 
-class _PatchAfterImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Runs PATCHES[name] right after module `name` first executes (before anyone imports names from it)."""
-
-    def __init__(self):
-        self.loaders: dict[str, importlib.abc.Loader] = {}
-
-    def find_spec(self, name, path, target=None):
-        if name not in PATCHES:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(name, path)
-        if spec is None or spec.loader is None:
-            return None
-        self.loaders[name] = spec.loader
-        spec.loader = self
-        return spec
-
-    def create_module(self, spec):
-        return self.loaders[spec.name].create_module(spec)
-
-    def exec_module(self, module):
-        loader = self.loaders.pop(module.__name__)
-        module.__spec__.loader = module.__loader__ = loader
-        loader.exec_module(module)
-        try:
-            PATCHES[module.__name__](module)
-        except Exception as e:  # a Ray or vLLM upgrade moved a name: profile less, never break the run
-            print(f"[suite profile] could not hook {module.__name__}: {e!r}", file=sys.stderr)
+def _patch(module) -> None:
+    try:
+        PATCHES[module.__name__](module)
+    except Exception as e:  # a Ray or vLLM upgrade moved a name: profile less, never break the run
+        print(f"[suite profile] could not hook {module.__name__}: {e!r}", file=sys.stderr)
 
 
 def _is_ray_start_head(argv: list[str]) -> bool:
@@ -146,12 +125,14 @@ def _is_ray_start_head(argv: list[str]) -> bool:
 
 
 def install() -> None:
-    if not _DIR or any(isinstance(f, _PatchAfterImport) for f in sys.meta_path):
+    global _installed
+    if not _DIR or _installed:
         return
-    sys.meta_path.insert(0, _PatchAfterImport())
-    for name, patch in PATCHES.items():  # loaded before this ran (a test process that imported ray first)
+    _installed = True
+    sys.meta_path.insert(0, AfterImport(PATCHES, _patch))
+    for name in PATCHES:  # loaded before this ran (a test process that imported ray first)
         if name in sys.modules:
-            patch(sys.modules[name])
+            _patch(sys.modules[name])
     if _is_ray_start_head(sys.argv):  # `ray start --head` returns once the head is up
         atexit.register(lambda: record("ray_cluster", _PROCESS_START, time.time(), how="ray start --head"))
 
