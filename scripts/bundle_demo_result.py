@@ -22,13 +22,14 @@ from pathlib import Path
 def bundle(wd: Path, teacher: str, out: Path, command: str, conditions: str, label: str | None = None) -> dict:
     from PIL import Image
 
+    from pipelines.common.meta_files import SUMMARY_FILE, meta_path
     from pipelines.evaluate.config import TargetsConfig
     from pipelines.evaluate.job import target_checks
     from specexit_app.demo_config import load_demo_config
     from specexit_core.typed_config import read_yaml
 
     d = json.loads((wd / "demo.json").read_text())
-    ev = json.loads((wd / "eval" / "summary.json").read_text())
+    ev = json.loads(meta_path(wd / "eval", SUMMARY_FILE).read_text())
     added = _speedup_intervals(wd / "eval", ev, d)
     tg = TargetsConfig(**read_yaml(load_demo_config(teacher=teacher).evaluate).get("targets", {}))
     d["targets_of_the_recipe"] = {t: target_checks(v["methods"], tg) for t, v in ev["by_temperature"].items()}

@@ -166,7 +166,7 @@ class InputConfig(StrictModel):
     @model_serializer(mode="wrap")
     def _omit_no_shift(self, handler):
         # Without a shift the dump is what it was before `shift` existed, so the run identity
-        # (run.json) of outputs written then still matches and they can be resumed.
+        # (the run identity file) of outputs written then still matches and they can be resumed.
         d = handler(self)
         if self.shift is None:
             d.pop("shift", None)

@@ -2,7 +2,8 @@
 
 A resumed job appends to the rows already written, so they must come from the same run: the same
 content-affecting config, the same model weights (and draft), the same input rows. Each stage
-writes `run.json` (its *identity*) next to its output and, on a rerun over existing output,
+writes `_run.json` (its *identity*; `meta_files.RUN_FILE`, `run.json` in folders written before issue 45)
+into its output folder and, on a rerun over existing output,
 compares:
 
 - `config`: the stage config minus the keys that only change how the job runs (paths, `limit`,
@@ -14,7 +15,7 @@ compares:
   because lines were inserted are refused instead of silently mislabeling rows.
 
 A mismatch raises `RunIdentityMismatch` naming every field that changed (old -> new); the command
-line prints it and exits 2. An output written before `run.json` existed is adopted (its identity
+line prints it and exits 2. An output written before the identity file existed is adopted (its identity
 written now). Every stage uses it: traces, labels, train_draft and evaluate.
 """
 
@@ -23,13 +24,11 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
-import uuid
 from pathlib import Path
 
-log = logging.getLogger("specexit.pipelines")
+from pipelines.common.meta_files import RUN_FILE, meta_path, write_meta
 
-RUN_FILE = "run.json"
+log = logging.getLogger("specexit.pipelines")
 _WHOLE = 1 << 20  # files up to 1 MiB are hashed whole, bigger ones by their head and tail
 _EDGE = 1 << 20
 
@@ -92,7 +91,7 @@ def differences(old: dict, new: dict) -> list[str]:
 
 
 def read_identity(folder: str | Path) -> dict | None:
-    p = Path(folder) / RUN_FILE
+    p = meta_path(folder, RUN_FILE)
     return json.loads(p.read_text()) if p.exists() else None
 
 
@@ -113,11 +112,7 @@ def check_identity(folder: str | Path, identity: dict, *, resuming: bool, what: 
 
 
 def write_identity(folder: str | Path, identity: dict) -> None:
-    d = Path(folder)
-    d.mkdir(parents=True, exist_ok=True)
-    tmp = d / f".tmp-{uuid.uuid4().hex[:8]}-{RUN_FILE}"
-    tmp.write_text(json.dumps(identity, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, d / RUN_FILE)
+    write_meta(folder, RUN_FILE, json.dumps(identity, indent=2, sort_keys=True) + "\n")
 
 
 def changed_rows(written: dict[str, object], current: dict[str, object]) -> list[str]:

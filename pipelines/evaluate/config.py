@@ -67,7 +67,7 @@ class TargetsConfig(StrictModel):
 
 
 class EvalConfig(StrictModel):
-    output: str  # folder: part-*.parquet (one row per problem x temperature x method x setting) + summary.json
+    output: str  # folder: part-*.parquet (one row per problem x temperature x method x setting) + _summary.json (meta_files.py)
     limit: int | None = Field(None, ge=1)  # first N problems
     input: InputConfig = Field(default_factory=lambda: InputConfig(kind="toy", split="test", n=100, gold_column="gold"))
     grader: Literal["toy", "numeric", "multiple_choice"] = "toy"

@@ -6,7 +6,7 @@ The exit was chosen on the dev split of the training distribution (`specexit cal
 runs the ordinary evaluation (`run_evaluation`, nothing re-implemented) once per distribution: the
 config's own input (in distribution) and the same input with each `input.shift`
 (`specexit_core/toy/shifts.py`), each into `<output>/<distribution>/`. Then
-`<output>/generalisation.json` holds, per distribution and method, accuracy with its 95%
+`<output>/_generalisation.json` holds, per distribution and method, accuracy with its 95%
 bootstrap interval, the paired difference to EAGLE-3 with its interval, think tokens and the saving
 against EAGLE-3, and how far each moved from in distribution; `report.md` + `generalisation.png`
 render it (`pipelines/report/generalisation.py`). A rerun resumes every distribution's folder.
@@ -22,8 +22,8 @@ from pathlib import Path
 
 from pydantic import Field, field_validator, model_validator
 
+from pipelines.common.meta_files import GENERALISATION_FILE, write_meta
 from pipelines.evaluate.config import EvalConfig
-from pipelines.report.generalisation import SUMMARY_FILE
 from specexit_core.toy.shifts import SHIFTS, Shift
 from specexit_core.typed_config import ConfigError, StrictModel, load_config, resolve_path
 
@@ -35,7 +35,7 @@ _KEEP = ("n", "accuracy", "accuracy_ci95", "accuracy_vs_eagle3", "think_tokens",
 class GeneralisationConfig(StrictModel):
     """The evaluation to repeat (its input: the in-distribution toy set) and the shifts to repeat it on."""
 
-    output: str  # one evaluation folder per distribution under it, generalisation.json, the report
+    output: str  # one evaluation folder per distribution under it, _generalisation.json, _report/
     eval: EvalConfig  # its `output` is set per distribution (`<output>/<distribution>`); leave it out
     shifts: list[Shift] = Field(default_factory=lambda: list(SHIFTS))
 
@@ -128,7 +128,7 @@ def summarise(summaries: dict[str, dict]) -> dict:
 
 
 def run_generalisation(cfg: GeneralisationConfig) -> dict:
-    """Every distribution's evaluation (resumed where done), then `<output>/generalisation.json`
+    """Every distribution's evaluation (resumed where done), then `<output>/_generalisation.json`
     with the provenance docs/results/ keeps (command, commit, machine, date)."""
     from pipelines.common.provenance import provenance
     from pipelines.evaluate.job import run_evaluation
@@ -150,7 +150,7 @@ def run_generalisation(cfg: GeneralisationConfig) -> dict:
         "output": cfg.output,
     }
     Path(cfg.output).mkdir(parents=True, exist_ok=True)
-    (Path(cfg.output) / SUMMARY_FILE).write_text(json.dumps(out, indent=2) + "\n")
+    write_meta(cfg.output, GENERALISATION_FILE, json.dumps(out, indent=2) + "\n")
     return out
 
 

@@ -3,7 +3,7 @@
 problems (toy split, JSONL, Parquet, HF) -> skip problems already written -> EvalWorker actors (vLLM
 EAGLE-3 + SpecExit draft engine, plain engine; every method, one request at a time) -> Parquet parts
 (one row per problem x temperature x method x setting, schema `eval_worker.EVAL`) -> per-method
-aggregates + target checks in `summary.json`. Python API: `run_evaluation(cfg) -> dict`.
+aggregates + target checks in `_summary.json` (`meta_files.SUMMARY_FILE`). Python API: `run_evaluation(cfg) -> dict`.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from collections import defaultdict, deque
 from pathlib import Path
 
 from pipelines.common.config import StageBase
+from pipelines.common.meta_files import SUMMARY_FILE, write_meta
 from pipelines.common.parts import clean_tmp, part_files, read_all
 from pipelines.common.run_identity import (
     RunIdentityMismatch,
@@ -227,7 +228,7 @@ def tally_problems(rows: list[dict], expected: list[str]) -> dict:
 
 # Keys that change how the job runs or only the summary, not the rows it writes: a resume may change
 # them (pipelines/common/run_identity.py). The models count by content (`models`; `draft` stays in
-# `config` too: the report reads the draft's path from run.json), the exit setting as resolved
+# `config` too: the report reads the draft's path from the run identity), the exit setting as resolved
 # (`specexit_exit`: a calibrated file is a path), the input row by row (`check_input_rows`).
 RUN_ONLY_KEYS = frozenset(
     {
@@ -275,11 +276,11 @@ def check_input_rows(cfg: EvalConfig, problems: list[dict]) -> None:
 
 def check_run_identity(cfg: EvalConfig, problems: list[dict] | None = None) -> dict:
     """Refuse to resume into output of another run (RunIdentityMismatch, a ValueError); returns the
-    identity for `write_identity`. An output whose `run.json` predates the shared format is adopted."""
+    identity for `write_identity`. An output whose identity file predates the shared format is adopted."""
     ident = identity(cfg)
     old = read_identity(cfg.output)
     if old is not None and "stage" not in old:
-        log.warning("evaluate: %s has a run.json of an older format; adopting the output", cfg.output)
+        log.warning("evaluate: %s has a run identity of an older format; adopting the output", cfg.output)
     else:
         check_identity(cfg.output, ident, resuming=bool(part_files(cfg.output)), what="evaluate")
     if problems is not None:
@@ -339,7 +340,7 @@ def map_over_actors(rows: list[dict], worker, ctor_kwargs: dict, *, actors: int,
 
 
 def run_evaluation(cfg: EvalConfig) -> dict:
-    """Run (or resume) the evaluation; returns the summary (also written to `<output>/summary.json`)."""
+    """Run (or resume) the evaluation; returns the summary (also written to `<output>/_summary.json`)."""
     t0 = time.time()
     cfg = cfg.with_calibrated_peers()  # DEER / Dynasor / budget as calibrated on dev, if the file says
     from pipelines.common.prompt_source import read_prompts
@@ -419,7 +420,7 @@ def run_evaluation(cfg: EvalConfig) -> dict:
             "chosen_on": "dev" if cfg.budget_chosen is not None else "this run (budget) / config (DEER, Dynasor)",
         },
     }
-    (Path(cfg.output) / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    write_meta(cfg.output, SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")
     return summary
 
 
@@ -481,7 +482,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--output", help="override the output folder")
     ap.add_argument("--limit", type=int, help="only the first N problems")
     ap.add_argument("--calibrated", help="JSON written by `specexit calibrate`: the exit setting of `specexit`")
-    ap.add_argument("--report", action="store_true", help="also write report.md + PNGs into the output folder")
+    ap.add_argument(
+        "--report", action="store_true", help="also write report.md + PNGs into the output folder's _report/"
+    )
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args(argv)
     setup_logging(args.verbose)

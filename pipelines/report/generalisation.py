@@ -1,5 +1,5 @@
 """The report's "Does the exit generalise?" section: Markdown tables and a PNG from
-`generalisation.json` (written by `python -m pipelines.evaluate.generalisation`).
+`_generalisation.json` (`meta_files.GENERALISATION_FILE`, written by `python -m pipelines.evaluate.generalisation`).
 
 - per distribution, one row per method: accuracy with its 95% bootstrap interval, the paired
   difference to EAGLE-3 with its interval, think tokens, the saving against EAGLE-3;
@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from pipelines.common.meta_files import GENERALISATION_FILE, REPORT_DIR, meta_path
 from pipelines.report.job import COLORS, ORDER, _ci, _plt, _vs
 
-SUMMARY_FILE = "generalisation.json"  # the file the generalisation job writes next to its folders
 PLOT_FILE = "generalisation.png"
 
 
@@ -134,11 +134,12 @@ def plot_generalisation(g: dict, path: Path) -> None:
 
 
 def write_generalisation_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Path:
-    """report.md (the section) + generalisation.png from `<run_dir>/generalisation.json`."""
+    """report.md (the section) + generalisation.png from `<run_dir>/_generalisation.json`, into `out_dir`
+    (default: the run folder's `_report/`)."""
     run_dir = Path(run_dir)
-    out = Path(out_dir or run_dir)
+    out = Path(out_dir) if out_dir else run_dir / REPORT_DIR
     out.mkdir(parents=True, exist_ok=True)
-    g = json.loads((run_dir / SUMMARY_FILE).read_text())
+    g = json.loads(meta_path(run_dir, GENERALISATION_FILE).read_text())
     plot_generalisation(g, out / PLOT_FILE)
     md = ["# SpecExit across distributions", ""] + generalisation_section(g, plot=PLOT_FILE)
     path = out / "report.md"

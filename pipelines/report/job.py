@@ -20,7 +20,9 @@ import argparse
 import json
 from pathlib import Path
 
+from pipelines.common.meta_files import REPORT_DIR, SUMMARY_FILE, meta_path
 from pipelines.common.methods import METHODS
+from pipelines.common.run_identity import read_identity
 
 ORDER = METHODS
 COLORS = {
@@ -272,9 +274,9 @@ def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Path
     from pipelines.common.parts import read_all
 
     run_dir = Path(run_dir)
-    out = Path(out_dir or run_dir)
+    out = Path(out_dir) if out_dir else run_dir / REPORT_DIR  # not among the run's Parquet: meta_files.py
     out.mkdir(parents=True, exist_ok=True)
-    s = json.loads((run_dir / "summary.json").read_text())
+    s = json.loads(meta_path(run_dir, SUMMARY_FILE).read_text())
     by_t = s["by_temperature"]
     plot_pareto(by_t, out / "pareto.png")
     plot_latency(by_t, out / "latency.png")
@@ -364,8 +366,8 @@ def _split_ids(run_dir: Path) -> set[int] | None:
     from specexit_core.draft.checkpoint import read_config
 
     try:
-        ident = json.loads((run_dir / "run.json").read_text())
-        draft = ident["config"]["draft"] if "config" in ident else ident["draft"]  # run.json before #16: flat
+        ident = read_identity(run_dir)
+        draft = ident["config"]["draft"] if "config" in ident else ident["draft"]  # an identity before #16: flat
         return set(read_config(draft).token_ids["split"])
     except Exception:
         return None
@@ -374,16 +376,17 @@ def _split_ids(run_dir: Path) -> set[int] | None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m pipelines.report", description="report of an evaluation run")
     ap.add_argument("run_dir", help="evaluation (or generalisation) folder, or a bench longgen JSON file")
-    ap.add_argument("--out", help="output folder (default: the run folder)")
+    ap.add_argument("--out", help="output folder (default: the run folder's _report/)")
     a = ap.parse_args(argv)
-    from pipelines.report.generalisation import SUMMARY_FILE, write_generalisation_report
+    from pipelines.common.meta_files import GENERALISATION_FILE
+    from pipelines.report.generalisation import write_generalisation_report
 
     if Path(a.run_dir).is_file():  # a `specexit bench longgen --json` result: pipelines/report/longgen.py
         from pipelines.report.longgen import write_longgen_report
 
         print(write_longgen_report(a.run_dir, a.out))
         return 0
-    if (Path(a.run_dir) / SUMMARY_FILE).exists():  # a generalisation run: one evaluation per distribution
+    if meta_path(a.run_dir, GENERALISATION_FILE).exists():  # a generalisation run: one evaluation per distribution
         print(write_generalisation_report(a.run_dir, a.out))
         return 0
     print(write_report(a.run_dir, a.out))

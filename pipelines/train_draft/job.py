@@ -7,7 +7,7 @@ vLLM Eagle3 layout written by `specexit_core.draft.checkpoint.save_draft`; stage
 folder and swapped in, export.py).
 
 Rerunning with the same run name resumes from the latest checkpoint (Ray Train restores the run's
-checkpoint state from storage); raise `steps` to train further. `<run>/run.json` records what the
+checkpoint state from storage); raise `steps` to train further. `<run>/_run.json` records what the
 checkpoints came from (config, target / init draft fingerprints, the labels' parts); a rerun with
 anything else is refused (pipelines/common/run_identity.py).
 """

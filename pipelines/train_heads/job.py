@@ -7,7 +7,7 @@ exported to `output` (config.json + model.safetensors, loaded by `specexit_core.
 config.json's `training` says the target, steps and loss; staged in a sibling folder and swapped in).
 
 Rerunning with the same run name resumes from the latest checkpoint (Ray Train restores the run's
-checkpoint state from storage); raise `steps` to train further. `<run>/run.json` records what the
+checkpoint state from storage); raise `steps` to train further. `<run>/_run.json` records what the
 checkpoints came from (config, target fingerprint, the traces' parts); a rerun with anything else is
 refused (pipelines/common/run_identity.py). A rerun of a finished run (its `output` records this run
 identity at the configured steps) starts nothing and reports the recorded result.

@@ -122,7 +122,7 @@ def _check_calibration(wd, draft: dict, monkeypatch) -> None:
         c["peers"]["dynasor"]["paper_every"] >= 1
         and 0 <= c["peers"]["dynasor"]["cross_check"]["same_decision_share"] <= 1
     )
-    ev = json.loads((wd / "eval" / "summary.json").read_text())
+    ev = json.loads((wd / "eval" / "_summary.json").read_text())
     assert ev["peer_settings"]["deer"] == peers["deer"] and ev["peer_settings"]["dynasor"] == peers["dynasor"]
     assert ev["methods"]["budget"]["setting"] == peers["budget"] and ev["methods"]["budget"]["chosen_on"] == "dev"
     monkeypatch.delenv("SPECEXIT_EXIT_CONFIG", raising=False)
@@ -130,3 +130,41 @@ def _check_calibration(wd, draft: dict, monkeypatch) -> None:
     monkeypatch.setenv("SPECEXIT_EXIT_CONFIG", str(wd / "calibrated.json"))
     assert server_defaults() == chosen
     assert request_exit_config({"specexit": out["exit"]}, ExitConfig()) == chosen
+
+
+def test_every_stage_output_opens_as_a_dataset(demo):
+    """Every folder of Parquet the demo wrote (traces, labels, the calibration's dev run, the evaluation;
+    and a folder holding such folders) opens with pandas, pyarrow's dataset reader and Ray Data, each giving
+    the stage's rows and schema: the stages' metadata starts with `_` (pipelines/common/meta_files.py). A
+    killed writer's leftover temp file changes nothing."""
+    import pandas as pd
+    import pyarrow.dataset as pads
+    import ray
+
+    from pipelines.common.parts import TMP_PREFIX, read_all
+    from pipelines.common.schemas import LABELS, TRACES
+
+    _, res, wd = demo
+    leaves = sorted({p.parent for p in wd.rglob("part-*.parquet")})
+    names = {f.relative_to(wd).as_posix() for f in leaves}
+    assert {"traces", "labels", "eval", "calibrate/dev"} <= names, names
+    # folders of such folders (calibrate/: the dev run and any other) open as one dataset too
+    nested = sorted({wd / a for f in leaves for a in f.relative_to(wd).parents if str(a) != "."} - set(leaves))
+    (wd / "traces" / f"{TMP_PREFIX}0badc0de-part-00000.parquet").write_bytes(b"PAR1 cut short by a kill")
+    own = {f: read_all(f) for f in leaves}  # the stages' own reader: their rows and schema
+    st = res["stages"]
+    assert own[wd / "traces"].schema == TRACES and own[wd / "traces"].num_rows == st["traces"]["input_rows"]
+    assert own[wd / "labels"].schema == LABELS
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        for folder in [*leaves, *nested]:
+            tables = [t for f, t in own.items() if f == folder or folder in f.parents]
+            rows, columns = sum(t.num_rows for t in tables), tables[0].schema.names
+            df = pd.read_parquet(folder)
+            assert len(df) == rows and list(df.columns) == columns, folder
+            ds = pads.dataset(folder, format="parquet")
+            assert ds.count_rows() == rows and ds.schema.names == columns, folder
+            rd = ray.data.read_parquet(str(folder))
+            assert rd.count() == rows and rd.schema().names == columns, folder
+    finally:
+        ray.shutdown()

@@ -58,7 +58,7 @@ def run(tmp_path_factory):
     rows_out = [r for f in sorted(out.glob("part-*.parquet")) for r in pq.read_table(f).to_pylist()]
     return {
         "summary": summary,
-        "full": json.loads((out / "summary.json").read_text()),
+        "full": json.loads((out / "_summary.json").read_text()),
         "rows": rows_out,
         "out": out,
         "cmd": cmd,
@@ -162,7 +162,7 @@ def test_replayed_greedy_sweep_point_equals_the_generated_one(run, tmp_path):
 
 
 def test_report_files(run):
-    out = run["out"]
+    out = run["out"] / "_report"  # beside the run's Parquet parts, not among them (pipelines/common/meta_files.py)
     md = (out / "report.md").read_text()
     assert "## Targets" in md and "| specexit |" in md
     for png in ("pareto.png", "latency.png", "signals.png"):

@@ -57,7 +57,7 @@ def test_one_evaluation_per_distribution_with_the_shifted_prompts(run):
         prompts[name] = {r["prompt"] for r in rows}
     assert all("/" in p for p in prompts["division"]), prompts["division"]
     assert not any("/" in p for p in prompts["in_distribution"]), prompts["in_distribution"]
-    assert json.loads((out / "generalisation.json").read_text())["distributions"].keys() == s["distributions"].keys()
+    assert json.loads((out / "_generalisation.json").read_text())["distributions"].keys() == s["distributions"].keys()
 
 
 def test_rows_carry_accuracy_savings_and_moves(run):
@@ -76,9 +76,9 @@ def test_rows_carry_accuracy_savings_and_moves(run):
 
 def test_report_and_plot(run):
     out = run["out"]
-    report = (out / "report.md").read_text()
+    report = (out / "_report" / "report.md").read_text()
     assert "division" in report and "in_distribution" in report.replace(" ", "_")
-    assert (out / "generalisation.png").stat().st_size > 1000
+    assert (out / "_report" / "generalisation.png").stat().st_size > 1000
 
 
 def test_rerun_resumes_every_distribution(run):

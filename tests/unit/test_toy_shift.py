@@ -235,10 +235,11 @@ def test_report_section_tables(tmp_path):
     assert "| eagle3 | 90.0% | [85.0, 95.0] | - | 100.0 | - | 40 |" in md
     assert "| longer_chains | specexit | -85.0 | -5.0 | +50.0 | -35 |" in md
     assert "![accuracy vs think tokens per distribution](generalisation.png)" in md
-    (tmp_path / "generalisation.json").write_text(json.dumps(g))
+    (tmp_path / "_generalisation.json").write_text(json.dumps(g))
     report = write_generalisation_report(tmp_path)
     assert "Does the exit generalise?" in report.read_text()
-    png = tmp_path / "generalisation.png"
+    assert report.parent == tmp_path / "_report"  # beside the Parquet, not among it (meta_files.py)
+    png = tmp_path / "_report" / "generalisation.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     plot_generalisation(summarise({IN_DISTRIBUTION: SYNTH[IN_DISTRIBUTION]}), tmp_path / "one.png")
     assert (tmp_path / "one.png").stat().st_size > 0
