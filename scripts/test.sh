@@ -27,10 +27,7 @@ profile=(.venv/bin/python tests/support/suite_profile.py)
 export SPECEXIT_TEST_PROFILE_COMMAND="bash scripts/test.sh $*"
 "${profile[@]}" reset
 if [ $# -gt 0 ]; then
-  status=0
-  SPECEXIT_TEST_PASS=args "${pytest[@]}" --durations=20 "$@" || status=$?
-  "${profile[@]}" build
-  exit "$status"
+  SPECEXIT_TEST_PASS=args exec "${pytest[@]}" --durations=20 "$@"
 fi
 workers="${SPECEXIT_TEST_WORKERS:-2}"
 status=0
@@ -41,5 +38,4 @@ else
     -m "not serial" || status=$?
   SPECEXIT_TEST_PASS=serial "${pytest[@]}" --durations=10 -m serial || status=$((status ? status : $?))
 fi
-"${profile[@]}" build
 exit "$status"

@@ -57,19 +57,18 @@ def enable() -> None:
     sys.modules["sitecustomize"].install()
 
 
-def _worker() -> str:
-    return f"{os.environ.get('SPECEXIT_TEST_PASS', 'pytest')}:{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"
-
-
 class SuiteProfile:
     """The plugin object (registered by tests/conftest.py's pytest_configure when profiling)."""
 
     def __init__(self, d: Path, is_controller: bool):
+        from sitecustomize import worker_key  # profile_hooks/, loaded by enable() before this plugin exists
+
+        self.worker = worker_key()
         self.dir = d
         self.is_controller = is_controller
         self.t0 = time.time()
         (d / "timeline").mkdir(parents=True, exist_ok=True)
-        self.file = d / "timeline" / f"{_worker().replace(':', '-')}-{os.getpid()}.jsonl"
+        self.file = d / "timeline" / f"{self.worker.replace(':', '-')}-{os.getpid()}.jsonl"
 
     def _write(self, row: dict) -> None:
         with open(self.file, "a") as f:
@@ -88,7 +87,7 @@ class SuiteProfile:
                     "module": request.node.nodeid.split("::")[0],
                     "start": round(t0, 3),
                     "stop": round(t1, 3),
-                    "worker": _worker(),
+                    "worker": self.worker,
                 }
             )
 
@@ -102,7 +101,7 @@ class SuiteProfile:
                 "outcome": report.outcome,
                 "start": round(report.start, 3),
                 "stop": round(report.stop, 3),
-                "worker": _worker(),
+                "worker": self.worker,
             }
         )
 
@@ -128,9 +127,10 @@ class SuiteProfile:
         (self.dir / "profile.json").write_text(json.dumps(out, indent=1) + "\n")
 
 
-def _jsonl(folder: Path) -> list[dict]:
+def _jsonl(path: Path) -> list[dict]:
+    """The rows of a JSON-lines file, or of every such file in a folder; none when it does not exist."""
     rows = []
-    for p in sorted(folder.glob("*.jsonl")) if folder.is_dir() else []:
+    for p in sorted(path.glob("*.jsonl")) if path.is_dir() else [path] if path.exists() else []:
         for line in p.read_text().splitlines():
             if line.strip():
                 try:
@@ -192,7 +192,7 @@ def build_profile(d: Path) -> dict:
     phases = [r for r in rows if "test" in r]
     fixtures = [r for r in rows if "fixture" in r]
     events = _jsonl(d / "events")
-    passes = _jsonl_file(d / "passes.jsonl")
+    passes = _jsonl(d / "passes.jsonl")
     timeline = _Timeline(phases)
 
     modules: dict[str, dict] = defaultdict(
@@ -271,18 +271,11 @@ def build_profile(d: Path) -> dict:
     }
 
 
-def _jsonl_file(p: Path) -> list[dict]:
-    return [json.loads(line) for line in p.read_text().splitlines() if line.strip()] if p.exists() else []
-
-
 if __name__ == "__main__":
-    # scripts/test.sh: `reset` empties the profile folder before a run; `build` rewrites its profile.json
+    # scripts/test.sh: `reset` empties the profile folder before a run (each pass rewrites profile.json at its end)
     import shutil
 
     folder = profile_dir()
     if folder is not None and sys.argv[1:] == ["reset"]:
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
-    elif folder is not None and sys.argv[1:] == ["build"]:
-        (folder / "profile.json").write_text(json.dumps(build_profile(folder), indent=1) + "\n")
-        print(f"[test.sh] suite profile: {folder / 'profile.json'}")

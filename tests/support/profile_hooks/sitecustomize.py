@@ -31,6 +31,11 @@ _PROCESS_START = time.time()
 _installed = False
 
 
+def worker_key() -> str:
+    """Which pass and pytest worker this process belongs to (inherited from the test process that started it)."""
+    return f"{os.environ.get('SPECEXIT_TEST_PASS', 'pytest')}:{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"
+
+
 def record(kind: str, start: float, stop: float, **detail) -> None:
     """Append one start event for this process (one file per process: no locking across processes)."""
     if not _DIR:
@@ -40,7 +45,7 @@ def record(kind: str, start: float, stop: float, **detail) -> None:
         "start": round(start, 3),
         "stop": round(stop, 3),
         "seconds": round(stop - start, 3),
-        "worker": f"{os.environ.get('SPECEXIT_TEST_PASS', 'pytest')}:{os.environ.get('PYTEST_XDIST_WORKER', 'main')}",
+        "worker": worker_key(),
         "pid": os.getpid(),
         **detail,
     }
