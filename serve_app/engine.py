@@ -30,7 +30,7 @@ from typing import Any
 from pydantic_core import from_json, to_json
 
 from serve_app import cache_metrics
-from serve_app.ray_llm import VLLMEngine
+from serve_app.ray_llm import VLLMEngine, skip_noop_node_init
 from serve_app.replica import replica_tag
 from serve_app.telemetry import ExitEventIndex, choice_telemetry, usage_block
 from specexit_core.draft.config import SpecExitFields, read_specexit_fields
@@ -63,6 +63,8 @@ class SpecExitVLLMEngine(VLLMEngine):
         return super()._start_async_llm_engine(vllm_engine_args, vllm_engine_config, placement_group)
 
     async def start(self) -> None:
+        if skip_noop_node_init(self.llm_config):  # a local folder or hub id, no mirror: nothing to fetch
+            log.info("model %s needs no per-node download: node initialization skipped", self.llm_config.model_id)
         await super().start()
         kwargs = self.llm_config.get_engine_config().engine_kwargs
         block = _draft_specexit_fields(kwargs)

@@ -33,6 +33,13 @@ Why each private name is needed:
 * `VLLMEngine` (`engines.vllm.vllm_engine`): the engine class `LLMServer` runs; SpecExitVLLMEngine
   wraps its `chat` / `completions` for `usage.specexit` and uses its `_engine_client`
   (serve_app/engine.py). `LLMServer._default_engine_cls` is how the replica picks it.
+* `CallbackBase` (`ray.llm._internal.common.callbacks.base`), `is_remote_path`
+  (`ray.llm._internal.common.utils.cloud_utils`): `VLLMEngine.start` first runs a Ray task on every
+  node of the replica's placement group to "download" the model; with no mirror config and a model
+  that is not an `s3://`/`gs://` path that task returns the model id unchanged, yet it starts a worker
+  process that imports torch and vLLM (~7 s per replica start on 2 CPU cores).
+  `node_init_is_noop` / `skip_noop_node_init` (below) turn it off in exactly that case, and only
+  under the stock callback.
 * `import_attr` (`ray._common.utils`), `call_user_app_builder_with_args_if_necessary`
   (`ray.serve._private.api`), `build_app` (`ray.serve._private.build_app`): what `serve run` /
   `serve deploy` / KubeRay do with one `applications` entry (import the builder, call it with its
@@ -46,6 +53,8 @@ Why each private name is needed:
 
 from __future__ import annotations
 
+from ray.llm._internal.common.callbacks.base import CallbackBase
+from ray.llm._internal.common.utils.cloud_utils import is_remote_path
 from ray.llm._internal.serve.core.configs.openai_api_models import ErrorResponse, to_model_metadata
 from ray.llm._internal.serve.core.ingress.ingress import init as init_fastapi
 from ray.llm._internal.serve.core.ingress.utils import NON_STREAMING_RESPONSE_TYPES
@@ -64,11 +73,38 @@ __all__ = [
     "build_like_serve_run",
     "call_every_replica",
     "init_fastapi",
+    "node_init_is_noop",
     "openai_json_wrapper",
     "peek_at_generator",
     "sanitize_messages",
+    "skip_noop_node_init",
     "to_model_metadata",
 ]
+
+
+def node_init_is_noop(llm_config) -> bool:
+    """Whether `VLLMEngine.start`'s per-node model download would do nothing: no `mirror_config`, a
+    model id that is not a remote (`s3://`, `gs://`) path, and the stock callback (a user's callback
+    may act in its download hooks; a class named by string counts as the user's)."""
+    engine_config = llm_config.get_engine_config()
+    if engine_config.mirror_config is not None or is_remote_path(engine_config.actual_hf_model_id):
+        return False
+    return llm_config.callback_config.callback_class is CallbackBase
+
+
+def skip_noop_node_init(llm_config) -> bool:
+    """Turn that download off when it would do nothing (`node_init_is_noop`); returns whether it did.
+    Call inside the replica: creating the callback creates the replica's placement group context."""
+    if not node_init_is_noop(llm_config):
+        return False
+    llm_config.get_or_create_callback().ctx.run_init_node = False
+    import os
+
+    import torch
+
+    # the one side effect the skipped task has besides returning the id (a torch workaround there)
+    os.makedirs(os.path.join(torch.hub._get_torch_home(), "kernels"), exist_ok=True)
+    return True
 
 
 def build_like_serve_run(app_cfg: dict):

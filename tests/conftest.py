@@ -15,6 +15,14 @@ os.environ.update(
     XDG_CACHE_HOME=os.path.join(TEST_HOME, ".cache"),
     XDG_CONFIG_HOME=os.path.join(TEST_HOME, ".config"),
 )
+# vLLM's cache (VLLM_CACHE_ROOT, ~/.cache/vllm by default) holds what it learnt about each model class:
+# a cold lookup inspects the class in a subprocess that imports torch and vLLM (~7 s per architecture).
+# One cache for the whole pass: pytest-xdist's workers start after this runs in the controller and
+# inherit the controller's path (they would otherwise each start cold in their own HOME); the
+# controller removes its HOME, and so the cache, when the pass ends.
+os.environ["VLLM_CACHE_ROOT"] = os.environ.setdefault(
+    "SPECEXIT_TEST_VLLM_CACHE", os.path.join(TEST_HOME, ".cache", "vllm")
+)
 
 
 def _profile_the_suite() -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 STATE = "state.pt"  # a checkpoint's training state (weights, optimizer, step)
 EVENTS = "specexit_events.jsonl"
+RECORD = "specexit_train.json"  # beside the exported model: {"summary", "run_identity", ...}
 
 
 def has_checkpoint(run_dir: str | Path) -> bool:
@@ -25,6 +26,18 @@ def parts_fingerprint(files: list[Path], limit: int | None) -> dict:
     """The Parquet parts a run trains on (named by their ids, sized by their content)."""
     h = hashlib.sha256("".join(f"{f.name}\0{f.stat().st_size}\n" for f in files).encode())
     return {"parts": len(files), "sha256": h.hexdigest()[:16], "limit": limit}
+
+
+def finished_run(output: str | Path, ident: dict, run_name: str, steps: int) -> dict | None:
+    """The recorded summary when `output` already holds this run (same run identity and name) trained
+    to `steps`: a rerun of a finished run then starts nothing (no Ray Train worker group) and reports it."""
+    p = Path(output) / RECORD
+    if not p.exists():
+        return None
+    rec = json.loads(p.read_text())
+    s = rec.get("summary") or {}
+    same = rec.get("run_identity") == json.loads(json.dumps(ident)) and s.get("run_name") == run_name
+    return s if same and s.get("step") == steps else None
 
 
 def read_events(path: str | Path) -> list[dict]:

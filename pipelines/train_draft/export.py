@@ -8,12 +8,14 @@ import shutil
 from pathlib import Path
 
 from pipelines.common.publish import replace_dir, staging_dir
+from pipelines.common.train_run import RECORD
 
 
 def export_draft(draft_dir: str | Path, out: str | Path, meta: dict) -> Path:
-    """Copy `draft_dir` (a checkpoint's draft) plus `specexit_train.json` (`meta`) to `out`."""
+    """Copy `draft_dir` (a checkpoint's draft) plus `specexit_train.json` (`meta`: the run's summary,
+    identity, config and metrics) to `out`."""
     staged = staging_dir(out)
     shutil.copytree(draft_dir, staged)
-    (staged / "specexit_train.json").write_text(json.dumps(meta, indent=2) + "\n")
+    (staged / RECORD).write_text(json.dumps(meta, indent=2) + "\n")
     replace_dir(staged, out)
     return Path(out)

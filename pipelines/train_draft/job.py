@@ -9,7 +9,8 @@ folder and swapped in, export.py).
 Rerunning with the same run name resumes from the latest checkpoint (Ray Train restores the run's
 checkpoint state from storage); raise `steps` to train further. `<run>/_run.json` records what the
 checkpoints came from (config, target / init draft fingerprints, the labels' parts); a rerun with
-anything else is refused (pipelines/common/run_identity.py).
+anything else is refused (pipelines/common/run_identity.py). A rerun of a finished run (its `output`
+records this run identity at the configured steps) starts nothing and reports the recorded result.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pipelines.common.parts import keep_ids, part_files, read_column
 from pipelines.common.run_identity import check_identity, config_identity, model_fingerprint, write_identity
 from pipelines.common.runtime import init_ray, use_gpu
 from pipelines.common.tokens import load_tokenizer, token_ids
-from pipelines.common.train_run import EVENTS, has_checkpoint, parts_fingerprint, torch_trainer
+from pipelines.common.train_run import EVENTS, finished_run, has_checkpoint, parts_fingerprint, torch_trainer
 from pipelines.common.train_run import read_events as read_run_events
 from pipelines.train_draft.config import TrainDraftConfig
 from pipelines.train_draft.export import export_draft
@@ -107,6 +108,10 @@ def run(cfg: TrainDraftConfig) -> dict:
     if not part_files(cfg.input):
         raise SystemExit(f"train_draft: no labels (part-*.parquet) in {cfg.input}")
     ident = identity(cfg, part_files(cfg.input))
+    done = finished_run(cfg.output, ident, cfg.run_name, cfg.steps)
+    if done is not None:
+        log.info("train_draft: %s already holds run %s at step %d; nothing to do", cfg.output, cfg.run_name, cfg.steps)
+        return {**done, "skipped": True, "seconds": round(time.time() - t0, 1)}
     # Resuming a run restores its checkpoints: they must come from the same config, models and labels.
     check_identity(run_dir, ident, resuming=has_checkpoint(run_dir), what="train_draft")
     write_identity(run_dir, ident)
@@ -180,18 +185,8 @@ def run(cfg: TrainDraftConfig) -> dict:
     out = Path(cfg.output)
     metrics = {k: v for k, v in (result.metrics or {}).items() if isinstance(v, (int, float))}
     starts = [e for e in read_events(cfg) if e["event"] == "start"]
-    meta = {
-        "train_config": cfg.model_dump(mode="json"),
-        "final_metrics": metrics,
-        "checkpoint": result.checkpoint.path,
-        "draft_vocab_coverage": covered,
-        "labeled_rows": len(train_ids),
-        "run_identity": ident,
-    }
-    with result.checkpoint.as_directory() as d:
-        export_draft(Path(d) / DRAFT_SUBDIR, out, meta)
     secs = time.time() - t0
-    return {
+    summary = {
         "stage": "train_draft",
         "complete": True,
         "output": str(out),
@@ -204,6 +199,19 @@ def run(cfg: TrainDraftConfig) -> dict:
         "errors": len(ids) - len(train_ids),
         "worker_group_starts": len(starts),
         "resumed_from_steps": [e["step"] for e in starts if e.get("resumed")],
+        "skipped": False,
         "seconds": round(secs, 1),
         "rows_per_s": round(len(train_ids) / secs, 3),
     }
+    meta = {
+        "summary": summary,
+        "train_config": cfg.model_dump(mode="json"),
+        "final_metrics": metrics,
+        "checkpoint": result.checkpoint.path,
+        "draft_vocab_coverage": covered,
+        "labeled_rows": len(train_ids),
+        "run_identity": ident,
+    }
+    with result.checkpoint.as_directory() as d:
+        export_draft(Path(d) / DRAFT_SUBDIR, out, meta)
+    return summary

@@ -25,7 +25,15 @@ from pipelines.common.parts import keep_ids, part_files, read_all
 from pipelines.common.publish import replace_dir, staging_dir
 from pipelines.common.run_identity import check_identity, config_identity, model_fingerprint, write_identity
 from pipelines.common.runtime import init_ray, use_gpu
-from pipelines.common.train_run import EVENTS, has_checkpoint, parts_fingerprint, read_events, torch_trainer
+from pipelines.common.train_run import (
+    EVENTS,
+    RECORD,
+    finished_run,
+    has_checkpoint,
+    parts_fingerprint,
+    read_events,
+    torch_trainer,
+)
 from pipelines.train_heads.config import TrainHeadsConfig
 from pipelines.train_heads.loop import HEADS_SUBDIR, train_loop
 from specexit_core.longgen.heads import CONFIG_NAME, HeadsConfig
@@ -33,7 +41,6 @@ from specexit_core.longgen.heads import CONFIG_NAME, HeadsConfig
 log = logging.getLogger("specexit.pipelines.train_heads")
 
 TOKEN_COLUMNS = ["prompt_token_ids", "completion_token_ids"]
-RECORD = "specexit_train.json"  # next to the exported heads: the summary and run identity
 
 
 def identity(cfg: TrainHeadsConfig, files: list[Path]) -> dict:
@@ -56,13 +63,7 @@ def trainable_ids(cfg: TrainHeadsConfig) -> tuple[list[str], list[str]]:
 
 def finished(cfg: TrainHeadsConfig, ident: dict) -> dict | None:
     """The recorded summary when `output` already holds this run's heads at the configured steps."""
-    p = Path(cfg.output) / RECORD
-    if not p.exists():
-        return None
-    rec = json.loads(p.read_text())
-    s = rec.get("summary", {})
-    same = rec.get("run_identity") == json.loads(json.dumps(ident)) and s.get("run_name") == cfg.run_name
-    return s if same and s.get("step") == cfg.steps else None
+    return finished_run(cfg.output, ident, cfg.run_name, cfg.steps)
 
 
 def export_heads(heads_dir: str | Path, out: str | Path, training: dict, record: dict) -> Path:

@@ -155,6 +155,14 @@ def test_serve_controller_gives_the_proxy_time_to_start(base):
     assert ray.get(ready_check_timeout.remote()) == PROXY_READY_S
 
 
+def test_replicas_start_without_the_noop_node_download(base):
+    """Local model folders: no replica ran Ray Serve LLM's per-node download task (a worker process
+    importing torch and vLLM that returns the path unchanged); each replica says it skipped it."""
+    assert "initialize_remote_node" not in server_log_excerpt("initialize_remote_node", limit=10**6)
+    skipped = server_log_excerpt("node initialization skipped", before=0, after=0, limit=10**6)
+    assert skipped.count("needs no per-node download") >= 3, skipped  # the three apps' engine replicas
+
+
 # -- the OpenAI surface ------------------------------------------------------------------------------
 def test_models(client):
     assert [m.id for m in client.models.list().data] == [MODEL]

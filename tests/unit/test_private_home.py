@@ -16,6 +16,9 @@ def test_home_is_private_to_the_session():
     assert home != USER_HOME and home.is_relative_to(tempfile.gettempdir())
     for var in ("XDG_CACHE_HOME", "XDG_CONFIG_HOME"):
         assert Path(os.environ[var]).is_relative_to(home)
+    # vLLM's cache: one per test pass, shared by its pytest-xdist workers, also a temporary folder
+    vllm_cache = Path(os.environ["VLLM_CACHE_ROOT"])
+    assert vllm_cache.is_relative_to(tempfile.gettempdir()) and not vllm_cache.is_relative_to(USER_HOME)
 
 
 def test_child_processes_inherit_it():
