@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from specexit_core.bench.longgen_bench import LongGenBenchConfig, run_bench  # noqa: E402
+from specexit_app.bench.longgen_bench import LongGenBenchConfig, run_bench  # noqa: E402
 from specexit_core.teachers.long_writer_drafters import LongWriterHeadsConfig  # noqa: E402
 from specexit_core.teachers.long_writer_heads import train_long_writer_heads  # noqa: E402
 

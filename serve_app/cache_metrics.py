@@ -9,7 +9,7 @@ The numbers are the ones vLLM's scheduler already sends with every engine step (
   ...: `connector_prefix_cache_stats`; 0 without a connector);
 * `preemptions`: requests the scheduler preempted to free KV blocks (`num_preempted_reqs`).
 
-Why a small stat logger added to the engine's own logger manager (specexit_core/bench/engine_stats.py,
+Why a small stat logger added to the engine's own logger manager (specexit_core/vllm_stats.py,
 as the benchmarks do for an offline engine) and not Ray Serve LLM's `log_engine_metrics=True`: that option swaps vLLM's
 Prometheus logger for Ray's wrapper of it (`RayPrometheusStatLogger`: every vLLM metric, on every
 deployment), and serve_app/app.py keeps it off; this leaves that choice as it is. The counters here come
@@ -25,7 +25,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from specexit_core.bench import engine_stats
+from specexit_core import vllm_stats
 
 log = logging.getLogger("specexit.serve.cache_metrics")
 
@@ -70,7 +70,7 @@ class RayCounters:
         self._counters[field].inc(value, tags=self._tags)  # Ray refuses an increment of 0
 
 
-class CacheStatLogger(engine_stats.AttachedStatLogger):
+class CacheStatLogger(vllm_stats.AttachedStatLogger):
     """A vLLM stat logger that counts into CacheCounts and forwards each increment to a sink."""
 
     def __init__(self, sink: CountSink | None = None):
@@ -103,7 +103,7 @@ class CacheStatLogger(engine_stats.AttachedStatLogger):
 def attach(engine_client: Any, sink: CountSink | None) -> CacheStatLogger | None:
     """Add a CacheStatLogger to a started AsyncLLM's logger manager; None when the engine keeps no
     statistics (`disable_log_stats: true`: the scheduler then computes none)."""
-    if engine_stats.logger_manager(engine_client) is None:
+    if vllm_stats.logger_manager(engine_client) is None:
         log.warning("the engine keeps no statistics (disable_log_stats): no prefix-cache or preemption counters")
         return None
-    return engine_stats.attach(engine_client, CacheStatLogger(sink))
+    return vllm_stats.attach(engine_client, CacheStatLogger(sink))

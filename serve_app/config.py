@@ -12,7 +12,8 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from specexit_core.exit import ExitConfig
-from specexit_core.typed_config import StrictModel, load_config, resolve_model
+from specexit_core.teachers.model_ref import resolve_model
+from specexit_core.typed_config import StrictModel, load_config
 from specexit_core.vllm_plugin.long_controls import KEY as LONG_KEY
 from specexit_core.vllm_plugin.long_controls import LongConfig, request_long_config
 

@@ -116,26 +116,26 @@ def cmd_draft_convert(args: argparse.Namespace) -> int:
 
 
 def cmd_bench_vllm(args: argparse.Namespace) -> int:
-    from specexit_core.bench.vllm_bench import main as bench_main
+    from specexit_app.bench.vllm_bench import main as bench_main
 
     return bench_main(n=args.n, as_json=args.json, exit_config=args.exit_config)
 
 
 def cmd_bench_reference(args: argparse.Namespace) -> int:
-    from specexit_core.bench.reference_bench import main as bench_main
+    from specexit_app.bench.reference_bench import main as bench_main
 
     return bench_main(n=args.n, as_json=args.json, exit_config=args.exit_config)
 
 
 def cmd_bench_hook(args: argparse.Namespace) -> int:
-    from specexit_core.bench.hook_bench import main as bench_main
+    from specexit_app.bench.hook_bench import main as bench_main
 
     return bench_main(sizes=tuple(args.sizes), steps=args.steps, as_json=args.json)
 
 
 def kv_bench_config(args: argparse.Namespace):
     """The `bench kv` options given on the command line over KVBenchConfig's defaults."""
-    from specexit_core.bench.kv_bench import KVBenchConfig
+    from specexit_app.bench.kv_bench import KVBenchConfig
 
     fields = KVBenchConfig.model_fields
     return KVBenchConfig(**{k: v for k, v in vars(args).items() if k in fields and v is not None})
@@ -143,7 +143,7 @@ def kv_bench_config(args: argparse.Namespace):
 
 def cmd_bench_kv(args: argparse.Namespace) -> int:
     from pipelines.common.provenance import provenance
-    from specexit_core.bench.kv_bench import main as bench_main
+    from specexit_app.bench.kv_bench import main as bench_main
 
     return bench_main(kv_bench_config(args), as_json=args.json, extra=provenance())
 
@@ -155,7 +155,7 @@ def csv(v: str | None, conv) -> list | None:
 
 def longgen_bench_config(args: argparse.Namespace):
     """The `bench longgen` options given on the command line over LongGenBenchConfig's defaults."""
-    from specexit_core.bench.longgen_bench import LongGenBenchConfig
+    from specexit_app.bench.longgen_bench import LongGenBenchConfig
     from specexit_core.typed_config import load_config
 
     over = {
@@ -182,7 +182,7 @@ def longgen_bench_config(args: argparse.Namespace):
         "ngram_policy": args.ngram_policy,
     }
     if (args.theta is None) != (args.window is None):  # the other one from the model set's penalty
-        from specexit_core.bench.longgen_bench import default_penalty
+        from specexit_app.bench.longgen_bench import default_penalty
 
         pen = default_penalty(args.model_set or "toy")
         over["penalty.theta"] = pen.theta if args.theta is None else args.theta
@@ -192,7 +192,7 @@ def longgen_bench_config(args: argparse.Namespace):
 
 def cmd_bench_longgen(args: argparse.Namespace) -> int:
     from pipelines.common.provenance import provenance
-    from specexit_core.bench.longgen_bench import main as bench_main
+    from specexit_app.bench.longgen_bench import main as bench_main
     from specexit_core.typed_config import ConfigError
 
     try:
@@ -279,7 +279,7 @@ def cmd_long_writer_check(args: argparse.Namespace) -> int:
 
     model = args.model or str(LONG_WRITER_DIR)
     if args.engine == "vllm":
-        from specexit_core.bench.long_writer_vllm import make_long_writer_llm, vllm_check
+        from specexit_app.long_writer_vllm import make_long_writer_llm, vllm_check
 
         res = vllm_check(make_long_writer_llm(model), length=args.length, n_prompts=args.prompts, seed=args.seed)
         for r in res["prompts"]:
@@ -465,7 +465,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="KV on the toy: a long prompt re-sent after an engine restart (tiered connector vs none), and "
         "concurrent long requests at a tight KV budget (SpecExit vs EAGLE-3: preemptions, block-seconds)",
     )
-    # unset options keep KVBenchConfig's defaults (specexit_core/bench/kv_bench.py: their one home)
+    # unset options keep KVBenchConfig's defaults (specexit_app/bench/kv_bench.py: their one home)
     bk.add_argument("--json", action="store_true", help="print the result as one JSON line (the last line)")
     bk.add_argument("--restart-prompts", type=int, help="long prompts re-sent after the restart")
     bk.add_argument("--history-tokens", type=int, help="a restart prompt's length at most")
@@ -481,7 +481,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="long generation: plain vs EAGLE-3, the TokenSwift engine and the in-vLLM long mode, per length, "
         "temperature and penalty (tokens per forward, acceptance, Distinct-n, drafter KV, speed-up vs plain)",
     )
-    # unset options keep LongGenBenchConfig's defaults (specexit_core/bench/longgen_bench.py: their one home)
+    # unset options keep LongGenBenchConfig's defaults (specexit_app/bench/longgen_bench.py: their one home)
     bl.add_argument("--json", action="store_true", help='end with one JSON line {"rows": [...], ...}')
     bl.add_argument("--model-set", choices=["toy", "long-writer"], help="target + EAGLE-3 draft + heads (default: toy)")
     bl.add_argument("--target", help="target model folder (overrides the model set's)")

@@ -12,7 +12,8 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from specexit_core.typed_config import ConfigError, StrictModel, builtin_teachers, load_config, read_yaml, resolve_path
+from specexit_core.teachers.model_ref import builtin_teachers
+from specexit_core.typed_config import ConfigError, StrictModel, load_config, read_yaml, resolve_path
 
 CHECKOUT = Path(__file__).resolve().parents[1]
 DEFAULT_CONFIG = CHECKOUT / "examples" / "toy" / "demo.yaml"

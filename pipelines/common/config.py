@@ -13,7 +13,8 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
-from specexit_core.typed_config import ConfigError, StrictModel, resolve_model, resolve_path
+from specexit_core.teachers.model_ref import resolve_model
+from specexit_core.typed_config import ConfigError, StrictModel, resolve_path
 
 __all__ = ["ConfigError", "EngineConfig", "RayConfig", "SamplingConfig", "StageBase", "TrainRunBase"]
 

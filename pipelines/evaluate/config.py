@@ -17,7 +17,8 @@ from pydantic import Field, field_validator, model_validator
 from pipelines.common.config import EngineConfig, RayConfig
 from pipelines.common.methods import METHODS
 from pipelines.common.prompt_source import InputConfig
-from specexit_core.typed_config import StrictModel, resolve_model, resolve_path
+from specexit_core.teachers.model_ref import resolve_model
+from specexit_core.typed_config import StrictModel, resolve_path
 
 # One request per problem: their accuracy runs can go as one batched generate per method (see
 # `EvalConfig.latency_problems`); deer / dynasor / oracle are loops of requests per problem.

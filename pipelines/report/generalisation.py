@@ -13,7 +13,8 @@ import json
 from pathlib import Path
 
 from pipelines.common.meta_files import GENERALISATION_FILE, REPORT_DIR, meta_path
-from pipelines.report.job import COLORS, ORDER, _ci, _plt, _vs
+from pipelines.report.plotting import COLORS, ORDER, pyplot
+from pipelines.report.table_cells import ci, vs
 
 PLOT_FILE = "generalisation.png"
 
@@ -37,7 +38,7 @@ def distribution_table(d: dict) -> list[str]:
         if not r or not r.get("n"):
             continue
         lines.append(
-            f"| {m} | {100 * r['accuracy']:.1f}% | {_ci(r.get('accuracy_ci95'))} | {_vs(r.get('accuracy_vs_eagle3'))} "
+            f"| {m} | {100 * r['accuracy']:.1f}% | {ci(r.get('accuracy_ci95'))} | {vs(r.get('accuracy_vs_eagle3'))} "
             f"| {r['think_tokens']:.1f} | {'-' if m == 'eagle3' else _saving(r)} | {r['n']} |"
         )
     return lines
@@ -93,7 +94,7 @@ def generalisation_section(g: dict, *, plot: str | None = None) -> list[str]:
 
 
 def plot_generalisation(g: dict, path: Path) -> None:
-    plt = _plt()
+    plt = pyplot()
     names = list(g["distributions"])
     cols = min(4, len(names))
     rows = (len(names) + cols - 1) // cols
@@ -104,9 +105,9 @@ def plot_generalisation(g: dict, path: Path) -> None:
             r = d["methods"].get(m)
             if not r or not r.get("n"):
                 continue
-            ci = r.get("accuracy_ci95")
+            interval = r.get("accuracy_ci95")
             y = 100 * r["accuracy"]
-            yerr = None if not ci else [[y - 100 * ci[0]], [100 * ci[1] - y]]
+            yerr = None if not interval else [[y - 100 * interval[0]], [100 * interval[1] - y]]
             star = m == "specexit"
             ax.errorbar(
                 [r["think_tokens"]],

@@ -21,31 +21,9 @@ import json
 from pathlib import Path
 
 from pipelines.common.meta_files import REPORT_DIR, SUMMARY_FILE, meta_path
-from pipelines.common.methods import METHODS
 from pipelines.common.run_identity import read_identity
-
-ORDER = METHODS
-COLORS = {
-    "plain": "#7f7f7f",
-    "eagle3": "#1f77b4",
-    "specexit": "#d62728",
-    "specexit_paper": "#ff9896",
-    "specexit_default": "#e377c2",
-    "budget": "#9467bd",
-    "deer": "#2ca02c",
-    "dynasor": "#ff7f0e",
-    "nothink": "#8c564b",
-    "oracle": "#000000",
-}
-
-
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+from pipelines.report.plotting import COLORS, ORDER, pyplot
+from pipelines.report.table_cells import ci, vs
 
 
 def pareto_front(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -59,7 +37,7 @@ def pareto_front(points: list[tuple[float, float]]) -> list[tuple[float, float]]
 
 
 def plot_pareto(by_t: dict, path: Path) -> None:
-    plt = _plt()
+    plt = pyplot()
     temps = list(by_t)
     fig, axes = plt.subplots(1, len(temps), figsize=(6.5 * len(temps), 4.8), squeeze=False)
     for ax, t in zip(axes[0], temps):
@@ -109,7 +87,7 @@ def plot_pareto(by_t: dict, path: Path) -> None:
 
 
 def plot_latency(by_t: dict, path: Path) -> None:
-    plt = _plt()
+    plt = pyplot()
     temps = list(by_t)
     methods = [m for m in ORDER if any(by_t[t]["methods"].get(m, {}).get("n") for t in temps)]
     fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(methods) * len(temps)), 4.5))
@@ -166,7 +144,7 @@ def pick_traces(rows: list[dict], k: int = 4) -> list[dict]:
 def plot_signals(rows: list[dict], path: Path, exit_cfg: dict | None, split_ids: set[int] | None = None) -> int:
     from specexit_core.exit import ExitConfig, ewma
 
-    plt = _plt()
+    plt = pyplot()
     ec = ExitConfig.from_dict(exit_cfg or {})
     traces = pick_traces(rows)
     if not traces:
@@ -214,19 +192,10 @@ def _fmt(x, nd=3):
     return f"{x:.{nd}f}" if isinstance(x, float) else str(x)
 
 
-def _ci(ci, scale: float = 100.0, nd: int = 1) -> str:
-    return "-" if not ci else f"[{scale * ci[0]:.{nd}f}, {scale * ci[1]:.{nd}f}]"
-
-
-def _vs(diff) -> str:
-    """Paired accuracy difference vs eagle3 in points, with its 95% bootstrap interval."""
-    return "-" if not diff else f"{diff['points']:+.1f} {_ci(diff['ci95'], 1.0)}"
-
-
 def _speedup(r: dict, ratio: float | None) -> str:
     """The speed-up vs eagle3, with its paired 95% interval over the timed problems when recorded."""
     sp = r.get("speedup_vs_eagle3")
-    return _fmt(ratio, 2) + (f" {_ci(sp['ci95'], 1.0, 2)}" if ratio is not None and sp else "")
+    return _fmt(ratio, 2) + (f" {ci(sp['ci95'], 1.0, 2)}" if ratio is not None and sp else "")
 
 
 def method_table(d: dict) -> list[str]:
@@ -243,7 +212,7 @@ def method_table(d: dict) -> list[str]:
         name = f"{m} ({r['setting']}, chosen on {r.get('chosen_on', 'this run')})" if m == "budget" else m
         lat = r.get("latency_s")
         lines.append(
-            f"| {name} | {100 * r['accuracy']:.1f}% | {_ci(r.get('accuracy_ci95'))} | {_vs(r.get('accuracy_vs_eagle3'))} "
+            f"| {name} | {100 * r['accuracy']:.1f}% | {ci(r.get('accuracy_ci95'))} | {vs(r.get('accuracy_vs_eagle3'))} "
             f"| {r['think_tokens']:.1f} | {r['answer_tokens']:.1f} | {_fmt(None if lat is None else 1000 * lat, 1)} | "
             f"{_speedup(r, e / lat if e and lat else None)} | "
             f"{_fmt(r.get('acceptance_length'), 2)} | {r['probe_requests']:.2f} | {r['requests']:.2f} | {r['n']} |"
@@ -264,7 +233,7 @@ def within_table(by_t: dict, points: float = 1.0) -> list[str]:
             if diff:
                 held = diff["ci95"][0] >= -points - 1e-9
                 lines.append(
-                    f"| {t} | {m} | {diff['points']:+.1f} | {_ci(diff['ci95'], 1.0)} | {'yes' if held else 'no'} |"
+                    f"| {t} | {m} | {diff['points']:+.1f} | {ci(diff['ci95'], 1.0)} | {'yes' if held else 'no'} |"
                 )
     return lines
 
@@ -319,7 +288,7 @@ def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Path
                 "|---|---|---|---|---|",
             ]
             md += [
-                f"| {p['setting']} | {100 * p['accuracy']:.1f}% | {_vs(p.get('accuracy_vs_eagle3'))} | "
+                f"| {p['setting']} | {100 * p['accuracy']:.1f}% | {vs(p.get('accuracy_vs_eagle3'))} | "
                 f"{p['think_tokens']:.1f} | {_fmt(None if p.get('latency_s') is None else 1000 * p['latency_s'], 1)} |"
                 for p in sweep
                 if p.get("n")

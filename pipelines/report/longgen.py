@@ -15,7 +15,7 @@ import argparse
 import json
 from pathlib import Path
 
-from pipelines.report.job import _plt
+from pipelines.report.plotting import pyplot
 
 SPEEDUP_PLOT = "longgen_speedup.png"
 ACCEPTANCE_PLOT = "longgen_acceptance.png"
@@ -45,7 +45,7 @@ def series(rows: list[dict], key: str) -> dict[tuple[float, str, str], list[tupl
 
 
 def plot_vs_length(rows: list[dict], key: str, path: Path, ylabel: str, title: str, ref: float | None = None) -> None:
-    plt = _plt()
+    plt = pyplot()
     data = series(rows, key)
     temps = sorted({t for t, _, _ in data}) or [0.0]
     fig, axes = plt.subplots(1, len(temps), figsize=(5.6 * len(temps), 4.2), squeeze=False)

@@ -7,7 +7,7 @@ from typing import ClassVar, Literal
 from pydantic import Field, field_validator, model_validator
 
 from pipelines.common.config import TrainRunBase
-from specexit_core.typed_config import resolve_model
+from specexit_core.teachers.model_ref import resolve_model
 
 
 class TrainDraftConfig(TrainRunBase):

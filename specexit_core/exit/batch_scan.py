@@ -13,11 +13,11 @@ import numpy as np
 from numba import njit
 
 from specexit_core.compiled_cache import drop_stale_cache
-from specexit_core.exit import smoothing
-from specexit_core.exit.batch_tracker import _END, _K_BUDGET, _K_DECISION, _K_ERROR, _SIDE, _SPLIT, _START
+from specexit_core.exit import batch_layout, smoothing
+from specexit_core.exit.batch_layout import END_BIT, KIND_BUDGET, KIND_DECISION, KIND_ERROR, SIDE, SPLIT_BIT, START_BIT
 from specexit_core.exit.smoothing import ewma_update
 
-drop_stale_cache(__file__, [smoothing.__file__])  # the scan inlines the EWMA step
+drop_stale_cache(__file__, [smoothing.__file__, batch_layout.__file__])  # the scan inlines the EWMA step and the codes
 _ewma_update = njit(cache=True, nogil=True)(ewma_update)
 
 
@@ -64,7 +64,7 @@ def scan_row(code_of, st, s, r, tok, x, valid, p, ev, e):
         if valid[c, r]:
             n_valid_drafts += 1
             t = min(max(tok[c, r], 0), n_code - 1)
-            if (code_of[t] & _SPLIT) != 0:
+            if (code_of[t] & SPLIT_BIT) != 0:
                 look_ahead = True
     col = -1
     kind = 0
@@ -88,23 +88,23 @@ def scan_row(code_of, st, s, r, tok, x, valid, p, ev, e):
             continue
         t = min(max(tok[c, r], 0), n_code - 1)
         code = code_of[t]
-        is_end = (code & _END) != 0
-        in_think = not (is_ended or is_end or (code & _START) != 0)
+        is_end = (code & END_BIT) != 0
+        in_think = not (is_ended or is_end or (code & START_BIT) != 0)
         # where ExitTracker.add_signal raises: a committed token's own signal, or a draft's
         # (the previous column's) while the look-ahead runs and thinking is not over
         bad_committed = c < p and not finite
         bad_draft = c > p and not prev_finite and look_ahead and not is_ended
-        stop = _K_ERROR if bad_committed or bad_draft else -1
+        stop = KIND_ERROR if bad_committed or bad_draft else -1
         if in_think:
             n_think += 1
             if stop < 0 and n_think == mx:
-                stop = _K_BUDGET
-            elif stop < 0 and (code & _SPLIT) != 0 and has_avg and n_think >= min_think[s]:
+                stop = KIND_BUDGET
+            elif stop < 0 and (code & SPLIT_BIT) != 0 and has_avg and n_think >= min_think[s]:
                 ok = True
                 for i in range(n_sig):
-                    ok = ok and (unused[s, i] or e[i] * _SIDE[i] > side_thr[s, i])
+                    ok = ok and (unused[s, i] or e[i] * SIDE[i] > side_thr[s, i])
                 if ok:
-                    stop = _K_DECISION
+                    stop = KIND_DECISION
         if stop >= 0 and col < 0:  # the row's first event; the average is the one before it
             col, kind, ev_think[r] = c, stop, n_think
             for i in range(n_sig):
@@ -126,7 +126,7 @@ def scan_row(code_of, st, s, r, tok, x, valid, p, ev, e):
         ended[s] = is_ended
     ev_col[r] = col
     ev_kind[r] = kind
-    if col >= 0 and col < p and kind != _K_ERROR:  # decided on a committed token: frozen from here on
+    if col >= 0 and col < p and kind != KIND_ERROR:  # decided on a committed token: frozen from here on
         exited[s] = True
         think[s] = ev_think[r]
     return col >= 0

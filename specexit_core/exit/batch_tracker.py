@@ -35,14 +35,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specexit_core.exit.batch_layout import END_BIT, KIND_BUDGET, KIND_DECISION, KIND_ERROR, SPLIT_BIT, START_BIT
 from specexit_core.exit.settings import ExitConfig
 from specexit_core.exit.signal_names import SIGNALS
 from specexit_core.exit.thresholds import PASS_SIDE
 
 DECISION, BUDGET, ERROR = "signals", "max_think_tokens", "error"
 _NO_BUDGET = np.iinfo(np.int64).max  # max_think_tokens None: a think count never reaches it
-_SIDE = np.array([PASS_SIDE[s] for s in SIGNALS])  # per signal: +1 passes above its threshold, -1 below
-_SPLIT, _START, _END = 1, 2, 4  # token class bits: split token, `<think>`, `</think>`
 
 
 @dataclass(frozen=True)
@@ -65,9 +64,9 @@ class BatchTrackers:
         self.think_start, self.think_end = int(think_start_id), int(think_end_id)
         # class bits by token id, one lookup per step; the last entry (0) also answers for ids past it
         self.code_of = np.zeros(max([*split, self.think_start, self.think_end]) + 2, dtype=np.uint8)
-        self.code_of[split] |= _SPLIT
-        self.code_of[self.think_start] |= _START
-        self.code_of[self.think_end] |= _END
+        self.code_of[split] |= SPLIT_BIT
+        self.code_of[self.think_start] |= START_BIT
+        self.code_of[self.think_end] |= END_BIT
         self._free: list[int] = []
         self._n = 0
         self._alloc(capacity)
@@ -154,8 +153,7 @@ class BatchTrackers:
         return scan_events(ev, n_commit, np.flatnonzero(ev[0] >= 0).tolist())
 
 
-_K_DECISION, _K_BUDGET, _K_ERROR = 0, 1, 2
-_KINDS = (DECISION, BUDGET, ERROR)
+_KINDS = {KIND_DECISION: DECISION, KIND_BUDGET: BUDGET, KIND_ERROR: ERROR}  # the scan's kind codes, named
 
 
 def new_events(n: int) -> tuple:
@@ -171,9 +169,9 @@ def scan_events(ev: tuple, n_commit: int, rows: list[int]) -> list[ScanEvent]:
             r,
             int(col[r]),
             int(col[r]) < n_commit,
-            _KINDS[kind[r]],
+            _KINDS[int(kind[r])],
             int(think[r]),
-            dict(zip(SIGNALS, smoothed[r].tolist())) if kind[r] == _K_DECISION else {},
+            dict(zip(SIGNALS, smoothed[r].tolist())) if kind[r] == KIND_DECISION else {},
         )
         for r in rows
     ]

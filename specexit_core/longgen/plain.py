@@ -53,6 +53,9 @@ def plain_decode(
     stop_at_eos: bool = False,
     use_hf: bool = False,
 ) -> PlainResult:
+    """Up to `max_tokens` tokens after `prompt_ids`, one target forward each (greedy at temperature 0, else
+    sampled from `seed`) under the contextual `penalty`; EOS is ignored unless `stop_at_eos`. `use_hf`: the
+    transformers model's own forward and cache instead of `Target`'s. The tokens, forwards and times."""
     gen = torch.Generator(device=target.device).manual_seed(seed)
     eos = target.model.config.eos_token_id
     t0, c0 = time.perf_counter(), time.process_time()

@@ -20,6 +20,7 @@ log = logging.getLogger("specexit.teachers.long_writer")
 
 
 def prompt_ids(tok, prompt: WalkPrompt) -> list[int]:
+    """The token ids of a walk prompt's text, as the long writer reads it (no special tokens)."""
     return tok(prompt.text, add_special_tokens=False)["input_ids"]
 
 

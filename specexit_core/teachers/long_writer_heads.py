@@ -1,6 +1,6 @@
 """`specexit long-writer heads`: TokenSwift draft heads for the long writer, trained in-process.
 
-The same self-distillation as the toy's heads (`longgen.toy_setup.train_heads_on_teacher_text`): the teacher's
+The same self-distillation as the toy's heads (`longgen.self_distill.train_heads_on_teacher_text`): the teacher's
 own sampled continuations (T = 0.7, half with the long writer's penalty on) of `seqs` train prompts, `head_len`
 tokens each, top-1 accuracy per head on 4 held-out prompts' continuations. The long writer attends through a
 1,024-token window, so continuations a little longer than the window show the heads every context they meet
@@ -23,9 +23,9 @@ BUILD_INFO = "heads_build.json"
 
 def train_long_writer_heads(cfg: LongWriterHeadsConfig, out: Path | None, device: str = "cpu") -> dict:
     """Train, save to `out` (with `heads_build.json`), return what was measured."""
-    from specexit_core.bench.longgen_bench import default_penalty
+    from specexit_core.longgen.penalty import PenaltyConfig
+    from specexit_core.longgen.self_distill import train_heads_on_teacher_text
     from specexit_core.longgen.target import Target
-    from specexit_core.longgen.toy_setup import train_heads_on_teacher_text
     from specexit_core.teachers import long_writer_task as task
     from specexit_core.teachers.long_writer import LONG_WRITER_DIR, load_long_writer
     from specexit_core.teachers.long_writer_check import prompt_ids
@@ -42,7 +42,7 @@ def train_long_writer_heads(cfg: LongWriterHeadsConfig, out: Path | None, device
         ps[cfg.seqs :],
         length=cfg.head_len,
         steps=cfg.steps,
-        penalty=default_penalty("long-writer"),
+        penalty=PenaltyConfig(),  # TokenSwift's theta 1.2 over W = 1024: `bench longgen`'s "on" for the long writer
         out=out,
         batch_positions=cfg.batch_positions,
     )

@@ -100,6 +100,7 @@ def sample_prompt(rng: random.Random, split: Split | None = None) -> WalkPrompt:
 
 
 def prompts(split: Split, n: int, seed: int = 0) -> list[WalkPrompt]:
+    """`n` walk prompts of `split`, the same ones for the same `seed`."""
     rng = random.Random(seed)
     return [sample_prompt(rng, split) for _ in range(n)]
 

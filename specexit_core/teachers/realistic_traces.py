@@ -34,7 +34,7 @@ OP_WORDS = {"+": ("plus", "add"), "-": ("minus", "subtract"), "*": ("times", "mu
 
 # What issue #13 item 3 asks of such a teacher: oracle overthinking within this range, and at least this
 # share of problems whose first stated answer is wrong (on the text: trace_stats; by probing a trained
-# teacher: scripts/probe_teacher.py)
+# teacher: studies/probe_teacher.py)
 OVERTHINKING_RANGE = (0.40, 0.70)
 FIRST_ANSWER_WRONG_MIN = 0.05
 
@@ -101,7 +101,7 @@ STATED_RESULT = re.compile(
 
 
 def stated_result(text: str) -> int | None:
-    """The number the first result statement in `text` states, or None (scripts/probe_teacher.py)."""
+    """The number the first result statement in `text` states, or None (studies/probe_teacher.py)."""
     m = STATED_RESULT.search(text)
     return None if m is None else int(next(g for g in m.groups() if g is not None))
 

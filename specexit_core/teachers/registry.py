@@ -12,6 +12,7 @@ TEACHERS: dict[str, TeacherSpec] = {s.name: s for s in (qwen3_like.SPEC, r1_llam
 
 
 def get_teacher(name: str) -> TeacherSpec:
+    """The built-in teacher `name` (`qwen3-like`, `r1-llama-like`); ValueError naming the choices otherwise."""
     try:
         return TEACHERS[name]
     except KeyError:

@@ -158,6 +158,7 @@ def extract_answer(text: str) -> int | None:
 
 
 def grade(text: str, gold: int) -> bool:
+    """Whether a completion's final answer (`extract_answer`) is `gold`."""
     return extract_answer(text) == gold
 
 

@@ -15,15 +15,15 @@ from numba import njit
 
 from specexit_core import signals
 from specexit_core.compiled_cache import drop_stale_cache
-from specexit_core.exit import batch_scan, smoothing
+from specexit_core.exit import batch_layout, batch_scan, smoothing
 from specexit_core.exit.batch_scan import scan_row
 from specexit_core.signals import activate_value
 
 LOST, ATTENTION = 1, 2  # `step_rows` flags per followed request
 
 
-# the loops inline batch_scan's scan (and its EWMA step) and signals.activate_value
-drop_stale_cache(__file__, [batch_scan.__file__, smoothing.__file__, signals.__file__])
+# the loops inline batch_scan's scan (its EWMA step and codes) and signals.activate_value
+drop_stale_cache(__file__, [batch_scan.__file__, smoothing.__file__, batch_layout.__file__, signals.__file__])
 
 
 @njit(cache=True, nogil=True)

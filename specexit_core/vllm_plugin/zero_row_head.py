@@ -9,7 +9,7 @@ logprobs and every token id still see the whole vocabulary.
 
 Only where it pays and is exact: a CPU head (vLLM's CPU GEMM dispatch, `layer.cpu_linear`), 2-D, no
 bias, at least `MIN_ZERO_FRACTION` of its rows zero. A real model has (almost) no zero rows and keeps
-vLLM's GEMM untouched. `SPECEXIT_ZERO_ROW_HEAD=0` turns it off (for an A/B, scripts/bench_zero_row_head.py).
+vLLM's GEMM untouched. `SPECEXIT_ZERO_ROW_HEAD=0` turns it off (for an A/B, studies/bench_zero_row_head.py).
 The non-zero rows' dot products run in a different GEMM call than vLLM's, so a logit may differ from
 the dense head's in its last bits (as between any two GEMM kernels); greedy ties at that level are the
 only place it could show.

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
+from specexit_app.bench.longgen_bench import METHODS
 from specexit_app.cli import main as cli_main
-from specexit_core.bench.longgen_bench import METHODS
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow(minutes=0.7)]
 

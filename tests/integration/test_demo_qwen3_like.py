@@ -60,10 +60,10 @@ def test_calibration_replay_matches_the_engine(run):
 
 
 def test_exit_headroom_script_on_the_run(run):
-    """scripts/exit_headroom.py on the run: the calibrated exit replayed on the test traces, the
+    """studies/exit_headroom.py on the run: the calibrated exit replayed on the test traces, the
     test-chosen bound, the bigger-dev check (docs/teachers.md "How far any exit could go")."""
     out = subprocess.run(
-        [sys.executable, "scripts/exit_headroom.py", str(run.wd), "qwen3_like", "--splits", "1"],
+        [sys.executable, "studies/exit_headroom.py", str(run.wd), "qwen3_like", "--splits", "1"],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,

@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from specexit_core.bench.kv_measures import PRESSURE_KEYS, RESTART_KEYS
+from specexit_app.bench.kv_measures import PRESSURE_KEYS, RESTART_KEYS
 from support.cli import run_json, specexit
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow(minutes=2)]

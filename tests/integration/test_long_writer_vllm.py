@@ -12,7 +12,7 @@ LENGTH = 1400  # past the 1,024-token window, so the window's edge is compared t
 def test_vllm_loads_the_long_writer_and_writes_the_walk():
     import torch
 
-    from specexit_core.bench.long_writer_vllm import make_long_writer_llm, vllm_check
+    from specexit_app.long_writer_vllm import make_long_writer_llm, vllm_check
     from specexit_core.longgen.plain import plain_decode
     from specexit_core.longgen.target import Target
     from specexit_core.teachers.long_writer import load_long_writer

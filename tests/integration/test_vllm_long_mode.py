@@ -141,7 +141,7 @@ def test_sampling_with_ngram_drafts_is_lossless(llm, prompts, teacher):
     import torch
     from vllm import SamplingParams
 
-    from specexit_core.bench.token_distributions import position_matrix, same_distribution_test
+    from specexit_app.bench.token_distributions import position_matrix, same_distribution_test
 
     model, _ = teacher
     prefixes = []

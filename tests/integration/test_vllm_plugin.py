@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from specexit_core.bench.vllm_bench import engine_kwargs
+from specexit_app.bench.vllm_bench import engine_kwargs
 from specexit_core.draft.checkpoint import convert
 from specexit_core.engine.reference import ReferenceEngine
 from specexit_core.engine.types import GenerationRequest
@@ -323,8 +323,8 @@ def test_bench_vllm_cli_on_the_module_engines(llm, stock, monkeypatch, capsys):
     method side by side, per-method acceptance counters, the never-firing exit changes nothing."""
     import contextlib
 
+    from specexit_app.bench import vllm_bench
     from specexit_app.cli import main as specexit_main
-    from specexit_core.bench import vllm_bench
     from support.cli import output_json
 
     monkeypatch.setattr(vllm_bench, "engine_pair", lambda k: contextlib.nullcontext((stock, llm)))
@@ -378,7 +378,7 @@ def sample_positions(engine, prefixes, extra_args=None):
     comparison (the test's threshold)."""
     from vllm import SamplingParams
 
-    from specexit_core.bench.token_distributions import position_matrix
+    from specexit_app.bench.token_distributions import position_matrix
 
     sps = [
         SamplingParams(
@@ -400,8 +400,8 @@ def test_speculative_sampling_is_lossless(llm, stock, prompts, teacher):
     Unseeded (see sample_positions): a lossless engine fails it with probability ~0.2%."""
     from vllm import LLM
 
-    from specexit_core.bench.spec_counters import attach
-    from specexit_core.bench.token_distributions import same_distribution_test
+    from specexit_app.bench.spec_counters import attach
+    from specexit_app.bench.token_distributions import same_distribution_test
 
     prefixes = uncertain_prefixes(llm, teacher, prompts)
     plain_llm = LLM(**toy_llm_kwargs(str(TEACHER_DIR)))

@@ -4,9 +4,9 @@ import json
 
 import pytest
 
+from specexit_app.bench.methods import METHODS, method_row, print_table, ratios, rotated
+from specexit_app.bench.reference_bench import generated_tokens, measure, method_exit_configs
 from specexit_app.cli import build_parser
-from specexit_core.bench.methods import METHODS, method_row, print_table, ratios, rotated
-from specexit_core.bench.reference_bench import generated_tokens, measure, method_exit_configs
 from specexit_core.engine.types import AcceptanceStats, GenerationResult
 from specexit_core.exit import NEVER_FIRES, ExitConfig
 

@@ -1,4 +1,4 @@
-"""scripts/bundle_demo_result.py: a demo work folder -> docs/results/demo_<teacher>/, judged by the
+"""studies/bundle_demo_result.py: a demo work folder -> docs/results/demo_<teacher>/, judged by the
 teacher's own evaluate recipe's targets (issue #13's for the realistic teachers), whatever targets
 the run itself printed."""
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 from PIL import Image
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bundle_demo_result.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "studies" / "bundle_demo_result.py"
 
 
 def _load():

@@ -23,7 +23,7 @@ def test_plugin_import_path_does_not_load_numba():
 def test_the_hooks_first_step_loads_the_compiled_loops():
     code = (
         "import sys\n"
-        "from specexit_core.bench.hook_bench import SyntheticDrafter, SyntheticRunner\n"
+        "from specexit_app.bench.hook_bench import SyntheticDrafter, SyntheticRunner\n"
         "from specexit_core.vllm_plugin.runner_hook import SpecExitRunnerState\n"
         "before = 'numba' in sys.modules\n"
         "SpecExitRunnerState(SyntheticRunner(), SyntheticDrafter())\n"

@@ -174,7 +174,7 @@ def teacher(request, tmp_path_factory):
     """`teacher_facts` of the teacher materialised as `teacher:NAME` resolves it (in a temp
     SPECEXIT_TEACHERS_DIR)."""
     from specexit_core.teachers.materialize import CACHE_ENV
-    from specexit_core.typed_config import teacher_model
+    from specexit_core.teachers.model_ref import teacher_model
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(CACHE_ENV, str(tmp_path_factory.mktemp("teachers")))

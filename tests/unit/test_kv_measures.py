@@ -6,10 +6,10 @@ from types import SimpleNamespace
 
 import pytest
 
+from specexit_app.bench import kv_measures as km
+from specexit_app.bench.kv_bench import KVBenchConfig, long_reasoning_prompts, restart_prompts
+from specexit_app.bench.step_trace import EngineCounters, run_requests
 from specexit_app.cli import build_parser, kv_bench_config
-from specexit_core.bench import kv_measures as km
-from specexit_core.bench.kv_bench import KVBenchConfig, long_reasoning_prompts, restart_prompts
-from specexit_core.bench.step_trace import EngineCounters, run_requests
 from specexit_core.toy.paths import TEACHER_DIR
 
 

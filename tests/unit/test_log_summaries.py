@@ -1,4 +1,4 @@
-"""scripts/eval_time_by_method.py and scripts/summarise_pyspy.py: the summaries behind the evaluation-time
+"""studies/eval_time_by_method.py and studies/summarise_pyspy.py: the summaries behind the evaluation-time
 and engine-step figures in docs/ (raw JSON in docs/results/)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
+SCRIPTS = Path(__file__).resolve().parents[2] / "studies"
 
 
 def _load(name: str):

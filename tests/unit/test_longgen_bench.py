@@ -7,11 +7,11 @@ import types
 
 import pytest
 
+from specexit_app.bench import longgen_bench as lb
+from specexit_app.bench import longgen_rows as lr
+from specexit_app.bench.longgen_bench import LongGenBenchConfig
+from specexit_app.bench.longgen_rows import RunResult, shape_row
 from specexit_app.cli import build_parser, cmd_bench_longgen, longgen_bench_config
-from specexit_core.bench import longgen_bench as lb
-from specexit_core.bench import longgen_rows as lr
-from specexit_core.bench.longgen_bench import LongGenBenchConfig
-from specexit_core.bench.longgen_rows import RunResult, shape_row
 from specexit_core.longgen.penalty import PenaltyConfig
 from specexit_core.toy.paths import DRAFT_DIR, TEACHER_DIR
 from specexit_core.typed_config import ConfigError
@@ -239,7 +239,7 @@ def test_cli_bad_options_exit_2_before_loading_anything(capsys):
 
 # ------------------------------------------------------------------ plain vLLM's windowed penalty
 def test_plain_penalty_window_context():
-    from specexit_core.bench.plain_penalty import window_context
+    from specexit_app.bench.plain_penalty import window_context
 
     assert window_context([1, 2, 3], [4, 5], 4) == [2, 3, 4, 5]
     assert window_context([1, 2, 3], [4, 5, 6, 7, 8], 4) == [5, 6, 7, 8]

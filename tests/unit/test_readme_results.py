@@ -130,10 +130,11 @@ def teacher_row(name: str, run: tuple[dict, str]) -> list[str]:
 
 def _teacher_runs() -> dict:
     """`qwen3-like, 0` -> (that teacher's demo.json, "0"): every temperature of every bundled run; a
-    further run of a teacher is `qwen3-like run 2, 0` (its bundle's `run.label`)."""
+    further run of a teacher is `qwen3-like run 2, 0` (its bundle's `run.label`). README's table keeps the
+    earlier runs beside the current ones, so their bundles in `archive/` count too."""
     out = {}
-    for f in sorted(RESULTS.glob("demo_*/demo.json")):
-        d = _load(f"{f.parent.name}/demo.json")
+    for f in sorted([*RESULTS.glob("demo_*/demo.json"), *RESULTS.glob("archive/demo_*/demo.json")]):
+        d = _load(str(f.relative_to(RESULTS)))
         label = d.get("run", {}).get("label")
         name = f"{d['teacher']} {label}" if label else d["teacher"]
         assert not any(k.startswith(name + ",") for k in out), f"two bundled runs are both {name!r}"
@@ -221,7 +222,7 @@ def test_kv_restart_figures_match_their_json():
 
 def test_readme_cites_only_files_that_exist():
     md = (REPO_ROOT / "README.md").read_text()
-    cited = set(re.findall(r"docs/results/[\w.-]+\.json", md))
+    cited = set(re.findall(r"docs/results/[\w./-]+\.json", md))
     assert "docs/results/bench_vllm_toy_cpu.json" in cited
     pending = any(t[0][0] in LEGACY for t in tables(md))  # README names where the next full run goes
     for c in cited:

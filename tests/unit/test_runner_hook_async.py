@@ -8,7 +8,7 @@ import random
 import pytest
 import torch
 
-from specexit_core.bench.hook_bench import SPLIT, THINK_END, SyntheticDrafter, SyntheticRunner
+from specexit_app.bench.hook_bench import SPLIT, THINK_END, SyntheticDrafter, SyntheticRunner
 from specexit_core.exit import ExitConfig, decide
 from specexit_core.signals import activate_value
 from specexit_core.vllm_plugin.runner_hook import FORCE_LOGIT, SpecExitRunnerState

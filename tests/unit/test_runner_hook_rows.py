@@ -9,7 +9,7 @@ import pytest
 import torch
 from test_runner_hook_async import EXIT_ARGS, N_PROMPT, VOCAB, K, Sim, raw_signals
 
-from specexit_core.bench.hook_bench import THINK_END, SyntheticDrafter, SyntheticRunner
+from specexit_app.bench.hook_bench import THINK_END, SyntheticDrafter, SyntheticRunner
 from specexit_core.exit.signal_names import SIGNALS
 from specexit_core.exit.thresholds import PASS_SIDE, signal_passes
 from specexit_core.vllm_plugin.runner_hook import FORCE_LOGIT, SpecExitRunnerState, _compact

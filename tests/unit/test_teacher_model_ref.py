@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from specexit_core import typed_config as tc
-from specexit_core.typed_config import ConfigError, resolve_model
+from specexit_core.teachers import model_ref
+from specexit_core.teachers.model_ref import resolve_model
+from specexit_core.typed_config import ConfigError
 
 
 def _fake_builder(root: Path, weights: str = "w1"):
@@ -37,20 +38,20 @@ def _fake_builder(root: Path, weights: str = "w1"):
 
 
 def _resolve_in_child(root: str, q) -> None:
-    tc.builtin_teacher = lambda name: _fake_builder(Path(root))
-    path = Path(tc.teacher_model("teacher:fake"))
+    model_ref.builtin_teacher = lambda name: _fake_builder(Path(root))
+    path = Path(model_ref.teacher_model("teacher:fake"))
     q.put((str(path), (path / "model.safetensors").read_text()))
 
 
 def test_materialises_once_then_reuses_and_rebuilds_when_the_weights_change(tmp_path, monkeypatch):
-    monkeypatch.setattr(tc, "builtin_teacher", lambda name: _fake_builder(tmp_path))
+    monkeypatch.setattr(model_ref, "builtin_teacher", lambda name: _fake_builder(tmp_path))
     first = resolve_model("teacher:fake")
     assert first == str(tmp_path / "fake-teacher")
     assert (Path(first) / "model.safetensors").read_text() == "w1"
     calls = list((Path(first) / "calls").iterdir())
     assert resolve_model("teacher:fake") == first
     assert list((Path(first) / "calls").iterdir()) == calls  # reused: not built again
-    monkeypatch.setattr(tc, "builtin_teacher", lambda name: _fake_builder(tmp_path, "w2"))
+    monkeypatch.setattr(model_ref, "builtin_teacher", lambda name: _fake_builder(tmp_path, "w2"))
     assert (Path(resolve_model("teacher:fake")) / "model.safetensors").read_text() == "w2"
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".fake-teacher.tmp")) == []
 
@@ -92,7 +93,7 @@ def test_qwen3_like_resolves_to_its_full_checkpoint(tmp_path, monkeypatch):
 def test_stage_configs_take_teacher_refs(tmp_path, monkeypatch):
     from pipelines.stages import load_stage_config
 
-    monkeypatch.setattr(tc, "builtin_teacher", lambda name: _fake_builder(tmp_path))
+    monkeypatch.setattr(model_ref, "builtin_teacher", lambda name: _fake_builder(tmp_path))
     cfg = load_stage_config(
         "traces", None, raw={"input": {"kind": "toy"}, "output": str(tmp_path / "o"), "engine": {"model": "teacher:x"}}
     )

@@ -7,7 +7,7 @@ import random
 import numpy as np
 import pytest
 
-from specexit_core.bench.token_distributions import (
+from specexit_app.bench.token_distributions import (
     ENDED,
     position_matrix,
     same_distribution_test,

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from pydantic import Field
 
-from specexit_core.typed_config import ConfigError, StrictModel, load_config, resolve_model, resolve_path
+from specexit_core.teachers.model_ref import resolve_model
+from specexit_core.typed_config import ConfigError, StrictModel, load_config, resolve_path
 from support.paths import REPO_ROOT
 
 

@@ -5,7 +5,7 @@ hits, and the engine's own per-step stats (preemptions, KV usage).
 Why not `LLM.generate`: it asks for final outputs only, so the per-step growth of each request is
 lost. This adds the requests to the engine with delta outputs and runs the step loop itself (as
 `LLM.generate` does). Engine statistics come from a stat logger of this engine alone
-(bench/engine_stats.py), so the engine must be built with `disable_log_stats=False`. Times are this
+(specexit_core/vllm_stats.py), so the engine must be built with `disable_log_stats=False`. Times are this
 process's `time.monotonic()` when an engine step's outputs arrive.
 """
 
@@ -15,13 +15,13 @@ import itertools
 import time
 from dataclasses import dataclass, field
 
-from specexit_core.bench import engine_stats
-from specexit_core.bench.kv_measures import Step
+from specexit_app.bench.kv_measures import Step
+from specexit_core import vllm_stats
 
 _ids = itertools.count()
 
 
-class EngineCounters(engine_stats.AttachedStatLogger):
+class EngineCounters(vllm_stats.AttachedStatLogger):
     """A stat logger: preemptions (vLLM's iteration stats) and KV usage after each step (its
     scheduler stats), cumulative over the engine's life; `mark()` / `since()` read a window."""
 
@@ -38,7 +38,7 @@ class EngineCounters(engine_stats.AttachedStatLogger):
 
 def attach_counters(llm) -> EngineCounters:
     """Attach counters to an offline `vllm.LLM` (built with disable_log_stats=False)."""
-    return engine_stats.attach(llm, EngineCounters())
+    return vllm_stats.attach(llm, EngineCounters())
 
 
 @dataclass

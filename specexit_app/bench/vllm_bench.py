@@ -20,8 +20,8 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from specexit_core.bench.methods import METHODS, method_row, print_table, ratios, rotated, toy_prompts
-from specexit_core.bench.spec_counters import SpecCounters, acceptance_length, attach
+from specexit_app.bench.methods import METHODS, method_row, print_table, ratios, rotated, toy_prompts
+from specexit_app.bench.spec_counters import SpecCounters, acceptance_length, attach
 from specexit_core.draft.checkpoint import convert
 from specexit_core.exit import NEVER_FIRES, load_exit_overrides
 from specexit_core.toy.paths import DRAFT_DIR, TEACHER_DIR

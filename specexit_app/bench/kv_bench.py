@@ -33,9 +33,9 @@ from pathlib import Path
 
 from pydantic import Field
 
-from specexit_core.bench import kv_measures as km
-from specexit_core.bench.methods import rotated
-from specexit_core.bench.step_trace import attach_counters, run_requests
+from specexit_app.bench import kv_measures as km
+from specexit_app.bench.methods import rotated
+from specexit_app.bench.step_trace import attach_counters, run_requests
 from specexit_core.exit import NEVER_FIRES, load_exit_overrides
 from specexit_core.toy.paths import DRAFT_DIR, TEACHER_DIR
 from specexit_core.toy.task import MAX_OPS, grade, problems

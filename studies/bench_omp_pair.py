@@ -1,6 +1,6 @@
 """Two vLLM CPU engines on one small machine: how much their OpenMP threads slow each other.
 
-    python scripts/bench_omp_pair.py [--requests 20] > docs/results/omp_pair_cpu.json
+    python studies/bench_omp_pair.py [--requests 20] > docs/results/omp_pair_cpu.json
 
 Each case starts the toy teacher's engine in a fresh process (alone, then two at once) and times N
 requests of 64 tokens sent one at a time, under four thread settings: the default binding (every

@@ -1,4 +1,4 @@
-"""`python -m specexit_core.longgen.demo`: the TokenSwift engine on the toy teacher, against plain decoding.
+"""`python -m specexit_app.bench.longgen_demo`: the TokenSwift engine on the toy teacher, against plain decoding.
 
 1. trains draft heads on the teacher's own continuations (sampled, EOS ignored, as the benchmark generates);
 2. for each length and penalty setting, decodes a few test prompts greedily with plain decoding and with the
@@ -14,16 +14,16 @@ import json
 
 import torch
 
+from specexit_app.bench.longgen_toy import DEMO_PENALTY, TOY_KV, train_toy_heads
 from specexit_core.longgen.diversity import distinct_n
 from specexit_core.longgen.engine import LongGenConfig, LongGenEngine
 from specexit_core.longgen.heads import load_heads
 from specexit_core.longgen.plain import NO_PENALTY, plain_decode
-from specexit_core.longgen.toy_setup import DEMO_PENALTY, TOY_KV, train_toy_heads
 from specexit_core.longgen.tree import TreeConfig
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m specexit_core.longgen.demo", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m specexit_app.bench.longgen_demo", description=__doc__.splitlines()[0])
     ap.add_argument("--lengths", default="128,256,448")
     ap.add_argument("--prompts", type=int, default=3, help="test prompts per length")
     ap.add_argument("--repeats", type=int, default=2, help="times = the fastest (CPU time) of this many runs")

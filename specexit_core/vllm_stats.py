@@ -7,6 +7,8 @@ told apart. A logger appended to one engine's own `StatLoggerManager` sees that 
 the process that owns the engine (offline `LLM` or a Serve replica's `AsyncLLM`): nothing runs in the
 engine core or the workers, so it is the same on the CPU and GPU builds.
 Needs the engine built with `disable_log_stats=False` (the scheduler computes no statistics otherwise).
+Read by a Serve replica's cache metrics (serve_app/cache_metrics.py) and the benchmarks' counters
+(specexit_app/bench/spec_counters.py, step_trace.py); one of the core's vLLM adapters (pyproject.toml).
 """
 
 from __future__ import annotations

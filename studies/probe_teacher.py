@@ -1,7 +1,7 @@
 """Issue #13 item 3, measured by probing a built-in teacher: how much of its thinking is redundant, and
 how often exiting right after the first stated answer would be wrong.
 
-    python scripts/probe_teacher.py --teacher qwen3-like [--n 100] [--model FULL] --out out.json
+    python studies/probe_teacher.py --teacher qwen3-like [--n 100] [--model FULL] --out out.json
 
 Greedy traces of the teacher (vLLM, in process) on the task's test split; at every paragraph break
 inside the thinking, the thinking is closed there (`</think>\\n\\n`, as the evaluation's oracle does)
@@ -97,7 +97,7 @@ def main() -> None:
                 break
     finished = sum(r["finished"] for r in rows)
     doc = {
-        "command": "python scripts/probe_teacher.py " + " ".join(sys.argv[1:]),
+        "command": "python studies/probe_teacher.py " + " ".join(sys.argv[1:]),
         "teacher": a.teacher,
         "model": model,
         "n": a.n,

@@ -43,10 +43,10 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from specexit_core.bench.longgen_rows import Runner, RunResult, measure, print_table, targets
+from specexit_app.bench.longgen_rows import Runner, RunResult, measure, print_table, targets
+from specexit_app.bench.longgen_toy import DEMO_PENALTY, TOY_KV, train_toy_heads
 from specexit_core.longgen.partial_kv import PartialKVConfig
 from specexit_core.longgen.penalty import PenaltyConfig
-from specexit_core.longgen.toy_setup import DEMO_PENALTY, TOY_KV
 from specexit_core.longgen.tree import TreeConfig
 from specexit_core.typed_config import ConfigError, StrictModel
 
@@ -86,10 +86,10 @@ class LongGenBenchConfig(StrictModel):
     ngram_policy: Literal["adaptive", "always"] = "adaptive"  # vllm_long's (long_controls.LongConfig)
     tree: TreeConfig = TreeConfig()  # TokenSwift's 1-3-3-3 + 20 n-gram branches
     partial_kv: PartialKVConfig | None = None  # None: the model set's (toy: budget 128)
-    train_steps: int = Field(300, ge=1)  # toy heads trained in-process (as longgen/demo.py)
+    train_steps: int = Field(300, ge=1)  # toy heads trained in-process (as longgen_demo.py)
     train_seqs: int = Field(64, ge=2)
     seed: int = 0
-    torch_threads: int = Field(1, ge=1)  # single-stream decoding: one thread, as longgen/demo.py
+    torch_threads: int = Field(1, ge=1)  # single-stream decoding: one thread, as longgen_demo.py
     torch_device: str = "cpu"  # where the torch rows run ("cuda" on a GPU machine)
     gpu_memory_utilization: float = Field(0.4, gt=0, lt=1)  # per vLLM engine on a GPU (two engines share it)
 
@@ -135,7 +135,7 @@ class LongGenBenchConfig(StrictModel):
 
 def default_penalty(model_set: str) -> PenaltyConfig:
     """The "on" penalty when none is given: TokenSwift's theta 1.2 over W = 1024, W scaled to 64 on the toy."""
-    return DEMO_PENALTY if model_set == "toy" else PenaltyConfig(theta=1.2, window=1024)
+    return DEMO_PENALTY if model_set == "toy" else PenaltyConfig()  # the class's defaults are TokenSwift's
 
 
 # ------------------------------------------------------------------ model sets
@@ -198,7 +198,7 @@ def bench_prompts(model_set: str, tok, n: int) -> list[list[int]]:
     """The prompts' token ids: the toy's test problems (bench/methods.toy_prompts' draw), or the long writer's
     test walks (tokenized as its build does: `long_writer_build.window`, no special tokens)."""
     if model_set == "toy":
-        from specexit_core.bench.methods import toy_prompts
+        from specexit_app.bench.methods import toy_prompts
 
         return toy_prompts(tok, n)[0]
     task = importlib.import_module("specexit_core.teachers.long_writer_task")
@@ -257,7 +257,7 @@ def vllm_extra_args(method: str, cfg: LongGenBenchConfig, penalty: bool) -> dict
     pen = cfg.penalty_on()
     pen_d = {"theta": pen.theta, "window": pen.window}
     if method == "plain":
-        from specexit_core.bench.plain_penalty import KEY
+        from specexit_app.bench.plain_penalty import KEY
 
         return {KEY: pen_d} if penalty else None
     if method == "eagle3":
@@ -313,7 +313,7 @@ def vllm_engines(cfg: LongGenBenchConfig, ms: ModelSet, max_len: int):
     """(plain engine, EAGLE-3 engine or None), built only for the methods asked for."""
     from vllm import LLM
 
-    from specexit_core.bench.plain_penalty import WindowedPenaltyLogitsProcessor
+    from specexit_app.bench.plain_penalty import WindowedPenaltyLogitsProcessor
     from specexit_core.vllm_env import is_cpu_build, toy_llm_kwargs
 
     want = set(cfg.methods) - set(ms.skipped)
@@ -351,8 +351,6 @@ def run_bench(cfg: LongGenBenchConfig, print_fn=print) -> dict:
         if ms.heads is not None:
             heads, heads_info = load_heads(ms.heads, dtype=Target(model).dtype), {"loaded": str(ms.heads)}
         else:
-            from specexit_core.longgen.toy_setup import train_toy_heads
-
             heads, heads_info = train_toy_heads(
                 model,
                 tok,
@@ -374,7 +372,7 @@ def run_bench(cfg: LongGenBenchConfig, print_fn=print) -> dict:
         if is_cpu_build():
             apply_cpu_defaults()
         os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout: the table and the JSON
-        from specexit_core.bench.spec_counters import attach
+        from specexit_app.bench.spec_counters import attach
 
         max_len = min(ms.max_positions, max(len(p) for p in prompts) + max(cfg.lengths) + SLACK)
         plain_llm, spec_llm = vllm_engines(cfg, ms, max_len)

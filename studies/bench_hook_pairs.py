@@ -1,7 +1,7 @@
 """`specexit bench hook --json` for this checkout and an earlier commit, back to back, in pairs: on a
 shared machine only same-session pairs compare (load and cache state move every figure).
 
-    python scripts/bench_hook_pairs.py --before 63009d5 --pairs 3 --output docs/results/bench_hook_cpu.json
+    python studies/bench_hook_pairs.py --before 63009d5 --pairs 3 --output docs/results/bench_hook_cpu.json
 
 The earlier commit is checked out into a temporary git worktree (removed afterwards) and run with
 this checkout's interpreter. The file's public figures (`hook_us_per_step`, `step_us_without_hook`,
@@ -20,7 +20,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-CODE = "from specexit_core.bench.hook_bench import main; main()"
+# the bench's home since issue #42 (specexit_app/bench/), with its earlier one for an earlier commit
+CODE = (
+    "try:\n"
+    "    from specexit_app.bench.hook_bench import main\n"
+    "except ModuleNotFoundError:\n"
+    "    from specexit_core.bench.hook_bench import main\n"
+    "main()\n"
+)
 
 
 def bench(checkout: Path) -> dict:
@@ -67,7 +74,7 @@ def main() -> int:
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(old)], cwd=ROOT, check=False)
     out = {
-        "command": " ".join(["python", "scripts/bench_hook_pairs.py", *sys.argv[1:]]),
+        "command": " ".join(["python", "studies/bench_hook_pairs.py", *sys.argv[1:]]),
         "commit": head.strip(),
         "before_commit": args.before,
         "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%MZ"),

@@ -1,7 +1,7 @@
 """The long writer in vLLM (the CPU build here): loads as a stock `Qwen3ForCausalLM` and writes past 16K.
 
-Here and not in `specexit_core/teachers/` because core modules reach vLLM only through its adapters (the
-import contract in pyproject.toml); `bench` is one. Greedy, EOS ignored, float32 (parity with transformers),
+`specexit long-writer check --engine vllm`. In the app layer, not in `specexit_core/teachers/`: core modules
+reach vLLM only through its adapters (the import contract in pyproject.toml). Greedy, EOS ignored, float32 (parity with transformers),
 `max_model_len` = the teacher's 20,480 positions; outputs are scored with `long_writer_task.score`.
 """
 

@@ -8,13 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from specexit_core.bench.methods import rotated
+from specexit_app.bench.methods import rotated
 from specexit_core.longgen.diversity import distinct_n
-
-if TYPE_CHECKING:
-    from specexit_core.bench.longgen_bench import LongGenBenchConfig
 
 LONG_TARGET = 16384  # the issue's targets are stated at 16K generated tokens
 
@@ -35,6 +32,17 @@ class RunResult:
 
 
 Runner = Callable[[list[int], int, float, int, bool], RunResult]  # (prompt, length, temperature, seed, penalty)
+
+
+class Sweep(Protocol):
+    """What `measure` reads of the bench's settings (`LongGenBenchConfig`, longgen_bench.py, is one): the rows'
+    grid, the repeats and the seed. A protocol, so this module does not import the bench that imports it."""
+
+    lengths: Sequence[int]
+    temperatures: Sequence[float]
+    penalties: Sequence[str]
+    repeats: int
+    seed: int
 
 
 def _ratio(num: float | None, den: float | None) -> float | None:
@@ -103,7 +111,7 @@ def fastest(results: Sequence[RunResult]) -> RunResult:
 
 
 def measure(
-    cfg: LongGenBenchConfig,
+    cfg: Sweep,
     runners: dict[tuple[str, str], Runner],
     prompts: Sequence[list[int]],
     on_row: Callable[[dict], None] | None = None,

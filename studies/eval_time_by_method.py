@@ -1,7 +1,7 @@
 """Where an evaluation's time went, from its log: the `[evaluate]` lines EvalWorker prints, one per
 batched method per actor and one per timed problem, summed per (method, temperature) as actor-seconds.
 
-    python scripts/eval_time_by_method.py DEMO_OR_EVAL_LOG [--after "stage 6/6: evaluate"] > out.json
+    python studies/eval_time_by_method.py DEMO_OR_EVAL_LOG [--after "stage 6/6: evaluate"] > out.json
 
 Ray folds some repeated actor lines ("[repeated 2x across cluster]"), so a few lines can be missing.
 """

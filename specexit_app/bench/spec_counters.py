@@ -1,14 +1,14 @@
 """Speculative-decoding counters of one vLLM engine (offline `LLM`), read between requests: the
 per-step `SpecDecodingStats` the scheduler sends with every output batch, counted by a stat logger of
-that engine alone (bench/engine_stats.py says why not Prometheus).
+that engine alone (specexit_core/vllm_stats.py says why not Prometheus).
 """
 
 from __future__ import annotations
 
-from specexit_core.bench import engine_stats
+from specexit_core import vllm_stats
 
 
-class SpecCounters(engine_stats.AttachedStatLogger):
+class SpecCounters(vllm_stats.AttachedStatLogger):
     """Cumulative (drafts, draft tokens, accepted tokens) of one engine."""
 
     def __init__(self) -> None:
@@ -29,7 +29,7 @@ class SpecCounters(engine_stats.AttachedStatLogger):
 
 def attach(llm) -> SpecCounters:
     """Attach counters to an offline `vllm.LLM` (built with disable_log_stats=False)."""
-    return engine_stats.attach(llm, SpecCounters())
+    return vllm_stats.attach(llm, SpecCounters())
 
 
 def acceptance_length(drafts: float, accepted: float) -> float | None:

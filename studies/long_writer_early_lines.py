@@ -1,6 +1,6 @@
 """How often the long writer gets the walk's first lines right: the only lines that read the prompt.
 
-    python scripts/long_writer_early_lines.py [--model DIR] [--prompts 100] [--lines 4] [--output FILE]
+    python studies/long_writer_early_lines.py [--model DIR] [--prompts 100] [--lines 4] [--output FILE]
 
 Greedy (plain decoding on `longgen.target.Target`, one torch thread), `--lines` lines per test prompt (seed 7,
 so not the prompts `specexit long-writer check` uses first); per line index the number of prompts whose line

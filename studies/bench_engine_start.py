@@ -7,7 +7,7 @@
   of its own; with the `mp` backend Ray Serve LLM passes on CPU it spawns a worker process too, with
   `run_model_in_engine_core` (specexit_core/vllm_env.py) it runs the model itself.
 
-    python scripts/bench_engine_start.py [--engine offline|async] [--repeats 2] [--bind 0]
+    python studies/bench_engine_start.py [--engine offline|async] [--repeats 2] [--bind 0]
 
 Each case runs in a fresh Python process (the variable must be set before vLLM is imported): import
 vLLM, build the engine on the toy teacher (float32, eager), then 16 greedy requests of 64 tokens in
@@ -154,7 +154,7 @@ def main() -> None:
     keys = ("import_s", "engine_start_s", "batch16_s", "one_at_a_time8_s", "process_wall_s")
     ids = {m: rs[0]["ids"] for m, rs in runs.items()}
     doc = {
-        "command": "python scripts/bench_engine_start.py " + " ".join(sys.argv[1:]),
+        "command": "python studies/bench_engine_start.py " + " ".join(sys.argv[1:]),
         "engine": a.engine,
         "bind": a.bind or "every core",
         "median_s": {m: {k: statistics.median(r[k] for r in rs) for k in keys} for m, rs in runs.items()},

@@ -1,7 +1,7 @@
 """A built long writer loaded with a sliding window in every layer, without training: does its accuracy stay
 flat with position? (How the window was chosen: docs/longgen.md, "Stage 2".)
 
-    python scripts/long_writer_window_probe.py --model DIR --window 512 --length 4096 [--prompts 2] [--output F]
+    python studies/long_writer_window_probe.py --model DIR --window 512 --length 4096 [--prompts 2] [--output F]
 
 The model's config gets `use_sliding_window`, `sliding_window` W and every layer `sliding_attention` (the stock
 Qwen3 way); greedy `generate` in transformers, EOS ignored, one torch thread; each output scored by

@@ -1,7 +1,7 @@
 """How far any exit of the calibration grid could go on a demo run's test split: the headroom behind a
 missed think-token or speed-up target.
 
-    python scripts/exit_headroom.py WORKDIR TEACHER [--out F.json]
+    python studies/exit_headroom.py WORKDIR TEACHER [--out F.json]
 
 WORKDIR is a finished `specexit demo --teacher TEACHER --json --workdir WORKDIR` run. The exit decision
 depends only on a trace's tokens and draft signals, and its accuracy on the forced answer probed at
@@ -173,7 +173,7 @@ def main() -> None:
         "what": "the calibration grid replayed on a demo run's test traces: the dev-chosen exit, the exit the same "
         "rule would pick on the test split itself (an upper bound, not a result), and whether a bigger dev split "
         "would have chosen better",
-        **provenance("python scripts/exit_headroom.py " + " ".join(sys.argv[1:])),
+        **provenance("python studies/exit_headroom.py " + " ".join(sys.argv[1:])),
         "teacher": a.teacher,
         "grid_size": len(settings),
         "tolerance": cfg.tolerance,
