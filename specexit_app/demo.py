@@ -118,6 +118,11 @@ class Stages:
             "confirmed": c.get("confirmed"),
             "at_grid_edge": c.get("at_grid_edge"),
             "peers": out.get("peers"),  # DEER / Dynasor / budget settings chosen on the same dev split
+            # Learn then Test's certificate on the same dev split (pipelines/calibrate/certificate.py)
+            "certificate": {
+                "selection": c["selection"],
+                **{k: c["certificate"][k] for k in ("epsilon", "delta", "loss", "n_dev", "chosen", "bound")},
+            },
         }
 
     def serve_max_tokens(self) -> int:
@@ -227,7 +232,7 @@ def _brief(name: str, res: dict) -> dict:
         "traces": ("input_rows", "ok", "errors", "rows_per_s"),
         "labels": ("input_rows", "ok", "errors"),
         "train_draft": ("step", "loss", "resumed_from_steps"),
-        "calibrate": ("exit", "at_grid_edge", "peers"),
+        "calibrate": ("exit", "at_grid_edge", "peers", "certificate"),
         "serve": ("requests", "reasoning_separated", "think_tokens_off", "think_tokens_on", "exits"),
         "evaluate": ("n", "ok", "errors", "complete"),
     }[name]

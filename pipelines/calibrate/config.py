@@ -23,7 +23,8 @@ def _find_recipe(p: str) -> Path:
 
 class CalibrateConfig(StrictModel):
     """`specexit calibrate`: replay exit settings over signals computed once per dev trace, pick the
-    fewest think tokens with accuracy >= eagle3 - tolerance, confirm it with the real engine."""
+    fewest think tokens with accuracy >= eagle3 - tolerance (or the certified setting: `selection`),
+    confirm it with the real engine."""
 
     output: str  # the calibrated JSON ({"exit": {...}, "calibration": {...}}) for SPECEXIT_EXIT_CONFIG
     # An evaluation recipe (EvalConfig YAML) whose keys fill what `eval` leaves out: the engine, the
@@ -31,6 +32,17 @@ class CalibrateConfig(StrictModel):
     eval_recipe: str | None = None
     eval: EvalConfig  # the dev split run (its `methods` / `temperatures` are set by the calibrator)
     tolerance: float = Field(0.01, ge=0)  # accuracy (fraction) allowed below eagle3
+    # The certified exit (Learn then Test, pipelines/calibrate/certificate.py): the settings whose loss
+    # on new prompts is <= epsilon with probability >= 1 - delta, ordered on `order_share` of the dev
+    # prompts (drawn with `seed`) and tested on the rest. Always computed and recorded
+    # (`calibration.certificate`); `selection: certified` makes it the choice (none certified: exit
+    # off), `tolerance` keeps the point-estimate rule above. epsilon is a fraction, like `tolerance`.
+    selection: Literal["tolerance", "certified"] = "tolerance"
+    epsilon: float = Field(0.01, gt=0, lt=1)
+    delta: float = Field(0.1, gt=0, lt=1)
+    loss: Literal["accuracy_drop"] = "accuracy_drop"  # per prompt: right at the natural end, wrong at the exit
+    order_share: float = Field(0.5, gt=0, lt=1)
+    seed: int = 0
     # The exit must hold at each of these (accuracy >= eagle3's - tolerance on the dev split): greedy
     # first (the headline replay; the peers are replayed on the greedy traces), then e.g. the serving
     # temperature, replayed on sampled EAGLE-3 traces with the evaluation's per-problem seeds.

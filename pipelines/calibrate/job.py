@@ -7,7 +7,9 @@
    (`specexit_core.exit.replay`: the engines' `ExitTracker` records its checks once per trace and
    alpha, the engines' `passes` judges each setting), and its accuracy from the
    forced answer probed at that break (greedy: what the engine writes after forcing `</think>` there).
-3. Pick the fewest think tokens with accuracy >= eagle3 accuracy - tolerance.
+3. Pick the fewest think tokens with accuracy >= eagle3 accuracy - tolerance, or (`selection:
+   certified`) the most aggressive setting certified by Learn then Test (certificate.py), which is
+   computed and recorded either way.
 4. Confirm the chosen setting with the real engine (specexit on the same dev problems).
 Writes `{"exit": {ExitConfig fields}, "calibration": {evidence}}`, which `SPECEXIT_EXIT_CONFIG`
 (the plugin's server defaults), `EvalConfig.calibrated` and optionally the draft's
@@ -24,6 +26,7 @@ import statistics
 import time
 from pathlib import Path
 
+from pipelines.calibrate.certificate import certified_choice
 from pipelines.calibrate.config import CalibrateConfig
 from pipelines.calibrate.peers import calibrate_budget, calibrate_deer, calibrate_dynasor
 from pipelines.common.parts import read_all
@@ -122,13 +125,18 @@ def load_traces(eval_dir: str, temperature: float = 0.0) -> list[dict]:
 
 def replay(traces: list[dict], settings: list[ExitConfig], token_ids: dict) -> list[dict]:
     """Accuracy and mean think tokens of every setting, from the signals and probes alone."""
+    return summarise(settings, replay_outcomes(traces, settings, token_ids))
+
+
+def summarise(settings: list[ExitConfig], outcomes: list[list[tuple[bool, int]]]) -> list[dict]:
+    """Each setting's accuracy and mean think tokens from its per-trace outcomes (`replay_outcomes`)."""
     return [
         {
             "exit": s.to_dict(),
             "accuracy": statistics.mean(ok for ok, _ in row),
             "think_tokens": statistics.mean(n for _, n in row),
         }
-        for s, row in zip(settings, replay_outcomes(traces, settings, token_ids))
+        for s, row in zip(settings, outcomes)
     ]
 
 
@@ -247,15 +255,42 @@ def run_calibration(cfg: CalibrateConfig) -> dict:
     ids = draft_token_ids(ev.draft)
     settings = grid(cfg)
     t1 = time.time()
-    points_by_t = {t: replay(trs, settings, ids) for t, trs in traces_by_t.items()}
+    outcomes_by_t = {t: replay_outcomes(trs, settings, ids) for t, trs in traces_by_t.items()}
+    points_by_t = {t: summarise(settings, outcomes) for t, outcomes in outcomes_by_t.items()}
     points = points_by_t[0.0]
     default_pt = replay(traces, [ExitConfig()], ids)[0]
     replay_s = time.time() - t1
     e_by_t = {t: statistics.mean(tr["correct"] for tr in trs) for t, trs in traces_by_t.items()}
     e_acc = e_by_t[0.0]
     e_think = statistics.mean(t["think_tokens"] for t in traces)
-    i_best = choose_exit(points_by_t, e_by_t, cfg.tolerance)
-    best = points[i_best]
+    i_point = choose_exit(points_by_t, e_by_t, cfg.tolerance)
+    cert = certified_choice(
+        traces_by_t,
+        outcomes_by_t,
+        epsilon=cfg.epsilon,
+        delta=cfg.delta,
+        loss=cfg.loss,
+        order_share=cfg.order_share,
+        seed=cfg.seed,
+        point_choice=i_point,
+    )
+    i_best = i_point if cfg.selection == "tolerance" else cert["chosen"]
+    cert["chosen"] = None if cert["chosen"] is None else settings[cert["chosen"]].to_dict()
+    if i_best is None:  # nothing certified: the exit stays off (SpecExit decodes as EAGLE-3 does)
+        log.warning(
+            "calibrate: no exit setting is certified at epsilon %g, delta %g on %d dev prompts: the exit is off",
+            cfg.epsilon,
+            cfg.delta,
+            cert["n_dev"],
+        )
+    off = ExitConfig(enabled=False).to_dict()
+    chosen_by_t = {
+        t: points_by_t[t][i_best]
+        if i_best is not None
+        else {"exit": off, "accuracy": e_by_t[t], "think_tokens": statistics.mean(tr["think_tokens"] for tr in trs)}
+        for t, trs in traces_by_t.items()
+    }
+    best = chosen_by_t[0.0]
     log.info(
         "calibrate: %d settings x %d traces x %d temperatures replayed in %.1fs; best %s",
         len(settings),
@@ -265,10 +300,10 @@ def run_calibration(cfg: CalibrateConfig) -> dict:
         best,
     )
     chosen = ExitConfig.from_dict(best["exit"]).to_dict()
-    edges = grid_edges(cfg, ExitConfig.from_dict(chosen))
+    edges = grid_edges(cfg, ExitConfig.from_dict(chosen)) if i_best is not None else []
     for e in edges:
         log.warning("calibrate: the chosen %s: widen the grid to be sure nothing better lies beyond", e)
-    ok_at = {t: points_by_t[t][i_best]["accuracy"] >= e_by_t[t] - cfg.tolerance - 1e-12 for t in points_by_t}
+    ok_at = {t: chosen_by_t[t]["accuracy"] >= e_by_t[t] - cfg.tolerance - 1e-12 for t in points_by_t}
     calib = {
         "how": "offline replay of ExitTracker over per-token draft signals computed once per EAGLE-3 dev trace "
         "(greedy, and sampled at each further calibration temperature with the evaluation's per-problem seeds); "
@@ -291,13 +326,17 @@ def run_calibration(cfg: CalibrateConfig) -> dict:
                     "accuracy": e_by_t[t],
                     "think_tokens": statistics.mean(tr["think_tokens"] for tr in traces_by_t[t]),
                 },
-                "chosen_replay": {k: points_by_t[t][i_best][k] for k in ("accuracy", "think_tokens")},
+                "chosen_replay": {k: chosen_by_t[t][k] for k in ("accuracy", "think_tokens")},
                 "within_tolerance": ok_at[t],
             }
             for t in points_by_t
         },
         "within_tolerance": all(ok_at.values()),
         "at_grid_edge": edges,  # [] = every chosen value lies inside its grid axis
+        # which rule chose; Learn then Test's certificate either way (certificate.py): epsilon, delta, the
+        # loss, n_dev = n_order + n_test, the certified setting and its certified bound on the loss
+        "selection": cfg.selection,
+        "certificate": cert,
         "top": sorted(
             (p for p in points if p["accuracy"] >= e_acc - cfg.tolerance - 1e-12),
             key=lambda p: (p["think_tokens"], -p["accuracy"]),
@@ -374,6 +413,17 @@ def main(config: str, output: str | None = None, limit: int | None = None, as_js
             f"(eagle3 {c['eagle3']['accuracy']:.3f}, tolerance {c['tolerance']}), think tokens "
             f"{c['chosen_replay']['think_tokens']:.1f} (eagle3 {c['eagle3']['think_tokens']:.1f}, default "
             f"{c['default']['think_tokens']:.1f}, oracle {c['oracle']['think_tokens']:.1f})"
+        )
+        k = c["certificate"]
+        print(
+            f"certificate (Learn then Test, {k['loss']} loss, epsilon {k['epsilon']}, delta {k['delta']}, "
+            f"{k['n_order']} dev prompts to order, {k['n_test']} to test): "
+            + (
+                f"certified {json.dumps(k['chosen'])}, loss <= {k['bound']:.4f}"
+                if k["chosen"] is not None
+                else "no setting certified"
+            )
+            + f"; chosen by {c['selection']}"
         )
         if "confirmed" in c:
             print(f"confirmed with the engine: {json.dumps(c['confirmed'])}")

@@ -1,0 +1,96 @@
+"""The certified exit in `specexit calibrate` (pipelines/calibrate/certificate.py): per-prompt losses
+from the replay, the certificate's record, and which setting `selection` writes. The calibration job
+runs for real (engine, replay, certificate recorded) as stage 4 of the toy demo
+(tests/integration/test_demo.py); here its replay is replaced by fixed outcomes, so that the choice
+between the rules is checked where it differs."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipelines.calibrate import job
+from pipelines.calibrate.certificate import certified_choice, prompt_losses
+from pipelines.calibrate.config import CalibrateConfig
+from specexit_core.exit import ExitConfig
+
+N = 400
+
+
+def _traces(n=N):
+    return [{"id": f"p{i}", "correct": True, "think_tokens": 100, "oracle_think": 40} for i in range(n)]
+
+
+def _outcomes(n=N):
+    """Three settings, conservative to aggressive: never wrong (90 think tokens), wrong on 0.5% of
+    the prompts (60), wrong on 10% (20)."""
+    return [
+        [(True, 90)] * n,
+        [(i % 200 != 0, 60) for i in range(n)],
+        [(i % 10 != 0, 20) for i in range(n)],
+    ]
+
+
+def test_prompt_losses_are_per_prompt_and_temperature():
+    tr = _traces(4)
+    tr[1]["correct"] = False  # wrong at its natural end: an exit cannot make it worse
+    out = prompt_losses({0.0: tr}, {0.0: [[(False, 5), (False, 5), (True, 5), (True, 5)]]}, "accuracy_drop")
+    assert out == {"0": [{"p0": 1.0, "p1": 0.0, "p2": 0.0, "p3": 0.0}]}
+
+
+def test_the_record_names_epsilon_delta_loss_sizes_and_the_bound():
+    rec = certified_choice(
+        {0.0: _traces()},
+        {0.0: _outcomes()},
+        epsilon=0.02,
+        delta=0.1,
+        loss="accuracy_drop",
+        order_share=0.5,
+        seed=0,
+        point_choice=2,
+    )
+    assert rec["chosen"] == 1 and rec["certified"] == [0, 1] and rec["tested"] == 3
+    assert rec["epsilon"] == 0.02 and rec["delta"] == 0.1 and rec["loss"] == "accuracy_drop"
+    assert rec["n_dev"] == N == rec["n_order"] + rec["n_test"] and 0 < rec["bound"] < 0.02
+    assert rec["observed_loss"] == pytest.approx(0.005) and rec["dev_size_for_zero_losses"] == 114
+    assert rec["point_choice"] == {"observed_loss": pytest.approx(0.1), "dev_size_needed": None}  # 10% > ε
+
+
+@pytest.fixture
+def calibrate(monkeypatch, tmp_path):
+    """run_calibration with its evaluation and replay replaced by fixed outcomes (3 settings)."""
+    settings = [ExitConfig(confidence_threshold=c) for c in (0.99, 0.9, 0.5)]
+    import pipelines.evaluate.job as evaluate_job
+
+    monkeypatch.setattr(evaluate_job, "run_evaluation", lambda ev: {"methods": {}})
+    monkeypatch.setattr(job, "load_traces", lambda d, t=0.0: _traces())
+    monkeypatch.setattr(job, "draft_token_ids", lambda d: {})
+    monkeypatch.setattr(job, "grid", lambda cfg: settings)
+    monkeypatch.setattr(job, "replay_outcomes", lambda trs, ss, ids: _outcomes() if len(ss) == 3 else [_outcomes()[0]])
+
+    def run(**kw):
+        raw = {
+            "output": str(tmp_path / "c.json"),
+            "eval": {"draft": str(tmp_path), "output": str(tmp_path / "dev"), "engine": {"model": str(tmp_path)}},
+            "peers": False,
+            "confirm": False,
+            **kw,
+        }
+        return job.run_calibration(CalibrateConfig.model_validate(raw))
+
+    return run, settings
+
+
+def test_selection_certified_writes_the_certified_setting_tolerance_the_point_estimate(calibrate):
+    run, settings = calibrate
+    point = run(tolerance=0.2, epsilon=0.02)  # the point rule: the cheapest within 20 points (10% loss)
+    assert point["exit"] == settings[2].to_dict() and point["calibration"]["selection"] == "tolerance"
+    assert point["calibration"]["certificate"]["chosen"] == settings[1].to_dict()  # recorded beside it
+    cert = run(tolerance=0.2, selection="certified", epsilon=0.02)
+    assert cert["exit"] == settings[1].to_dict() and cert["calibration"]["chosen_replay"]["think_tokens"] == 60
+
+
+def test_nothing_certified_turns_the_exit_off(calibrate):
+    run, _ = calibrate
+    out = run(selection="certified")  # ε = 1%: 200 test prompts cannot show it (0.99^200 = 0.13 > δ)
+    assert out["exit"]["enabled"] is False and out["calibration"]["certificate"]["chosen"] is None
+    assert out["calibration"]["chosen_replay"] == {"accuracy": 1.0, "think_tokens": 100}  # EAGLE-3's
