@@ -2,7 +2,9 @@
 over the replayed dev traces.
 
 Per dev prompt, temperature and setting of the grid, the loss of the exit the replay finds
-(`accuracy_drop`: the trace's own answer is right and the answer forced at the exit is wrong); the
+(`disagreement`, no gold needed: the answer forced at the exit differs from the one the same trace
+reaches at its natural end; `accuracy_drop`: the trace's own answer is right and the one forced at
+the exit is wrong; either mean bounds the accuracy drop from above); the
 settings are ordered on one part of the prompts (Pareto front of estimated loss, mean think tokens)
 and tested on the other, conservative first. The record says what was certified: ε, δ, the loss,
 how many prompts ordered and tested, the chosen setting (the most aggressive certified one) and its
@@ -17,30 +19,43 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping, Sequence
 
-from specexit_core.exit.risk_control import accuracy_drop_loss, certify, dev_size_needed
+from specexit_core.exit.risk_control import accuracy_drop_loss, certify, dev_size_needed, disagreement_loss
 
-LOSSES = {"accuracy_drop": accuracy_drop_loss}  # the gold-free `disagreement` needs probe answers: not yet stored
+LOSSES = ("disagreement", "accuracy_drop")
 
 
 def prompt_losses(
     traces_by_t: Mapping[float, Sequence[dict]],
-    outcomes_by_t: Mapping[float, Sequence[Sequence[tuple[bool, int]]]],
+    results_by_t: Mapping[float, Sequence[Sequence[tuple]]],
     loss: str,
 ) -> dict[str, list[dict[str, float]]]:
-    """{temperature label: [setting][prompt id] -> loss}; `outcomes_by_t[t][s][i]` is setting s's
-    (answer right, think tokens) on trace i (`replay_outcomes`)."""
-    fn = LOSSES[loss]
+    """{temperature label: [setting][prompt id] -> loss}; `results_by_t[t][s][i]` is setting s's
+    (answer right, think tokens, answer given) on trace i (`replay_outcomes` with `exit_result`)."""
+    if loss not in LOSSES:
+        raise ValueError(f"unknown loss {loss!r}; one of {LOSSES}")
+    if loss == "disagreement":
+        missing = [tr["id"] for trs in traces_by_t.values() for tr in trs if tr.get("answers") is None]
+        if missing:
+            raise ValueError(
+                f"loss 'disagreement' needs the probes' answers, which {len(missing)} dev traces lack "
+                f"(e.g. {missing[0]!r}: an evaluation run from before they were recorded); rerun the dev "
+                "evaluation into a fresh output folder, or use loss: accuracy_drop"
+            )
+
+    def one(tr: dict, res: tuple) -> float:
+        if loss == "disagreement":
+            return disagreement_loss(tr["final_answer"], res[2])
+        return accuracy_drop_loss(tr["correct"], res[0])
+
     return {
-        f"{t:g}": [
-            {tr["id"]: fn(tr["correct"], ok) for tr, (ok, _) in zip(traces_by_t[t], row)} for row in outcomes_by_t[t]
-        ]
+        f"{t:g}": [{tr["id"]: one(tr, r) for tr, r in zip(traces_by_t[t], row)} for row in results_by_t[t]]
         for t in traces_by_t
     }
 
 
 def certified_choice(
     traces_by_t: Mapping[float, Sequence[dict]],
-    outcomes_by_t: Mapping[float, Sequence[Sequence[tuple[bool, int]]]],
+    results_by_t: Mapping[float, Sequence[Sequence[tuple]]],
     *,
     epsilon: float,
     delta: float,
@@ -53,11 +68,11 @@ def certified_choice(
     `chosen` the index of the certified setting (None: not even the most conservative holds).
     `point_choice`: the point-estimate rule's setting, whose observed loss (largest over the
     temperatures, all dev prompts) and the dev size a certificate would need at that rate are added."""
-    losses = prompt_losses(traces_by_t, outcomes_by_t, loss)
+    losses = prompt_losses(traces_by_t, results_by_t, loss)
     temps = list(traces_by_t)
-    n_settings = len(outcomes_by_t[temps[0]])
+    n_settings = len(results_by_t[temps[0]])
     cost = [
-        statistics.mean(statistics.mean(n for _, n in outcomes_by_t[t][s]) for t in temps) for s in range(n_settings)
+        statistics.mean(statistics.mean(r[1] for r in results_by_t[t][s]) for t in temps) for s in range(n_settings)
     ]
     cert = certify(losses, cost, epsilon=epsilon, delta=delta, order_share=order_share, seed=seed)
     rec = cert.to_dict()

@@ -40,7 +40,9 @@ class CalibrateConfig(StrictModel):
     selection: Literal["tolerance", "certified"] = "tolerance"
     epsilon: float = Field(0.01, gt=0, lt=1)
     delta: float = Field(0.1, gt=0, lt=1)
-    loss: Literal["accuracy_drop"] = "accuracy_drop"  # per prompt: right at the natural end, wrong at the exit
+    # per prompt: `disagreement` (no gold needed): the answer forced at the exit differs from the one the
+    # trace reaches at its natural end; `accuracy_drop` (needs gold): right at the natural end, wrong at the exit
+    loss: Literal["disagreement", "accuracy_drop"] = "disagreement"
     order_share: float = Field(0.5, gt=0, lt=1)
     seed: int = 0
     # The exit must hold at each of these (accuracy >= eagle3's - tolerance on the dev split): greedy

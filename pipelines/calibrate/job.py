@@ -113,6 +113,12 @@ def load_traces(eval_dir: str, temperature: float = 0.0) -> list[dict]:
                 "oracle_think": o["think_tokens"],
                 "signals": list(zip(e["signal_confidence"], e["signal_progress"], e["signal_remaining"])),
                 "probes": dict(zip(o["boundaries"] or [], o["probe_correct"] or [])),
+                # the answers at those breaks and at the trace's natural end (the disagreement loss);
+                # None where the run did not record them (an evaluation from before they were)
+                "answers": (
+                    dict(zip(o["boundaries"] or [], info["probe_answers"])) if "probe_answers" in info else None
+                ),
+                "final_answer": info.get("final_answer"),
                 # the peers' exit candidates along the same trace (EvalConfig.peer_probes)
                 "think_end": info.get("think_end") or 0,  # unfinished: no candidate, the peers keep it all
                 "deer_points": info.get("deer_points"),
@@ -140,9 +146,10 @@ def summarise(settings: list[ExitConfig], outcomes: list[list[tuple[bool, int]]]
     ]
 
 
-def replay_outcomes(traces: list[dict], settings: list[ExitConfig], token_ids: dict) -> list[list[tuple[bool, int]]]:
-    """[setting][trace] -> (answer right, think tokens): `exit_outcome` of every setting on every trace,
-    each trace's checks computed once per alpha."""
+def replay_outcomes(traces: list[dict], settings: list[ExitConfig], token_ids: dict, outcome=None) -> list[list]:
+    """[setting][trace] -> (answer right, think tokens): `exit_outcome` (or `outcome`, e.g.
+    `exit_result`) of every setting on every trace, each trace's checks computed once per alpha."""
+    outcome = outcome or exit_outcome
     cache: dict = {}
     out = []
     for s in settings:
@@ -150,7 +157,7 @@ def replay_outcomes(traces: list[dict], settings: list[ExitConfig], token_ids: d
         for i, tr in enumerate(traces):
             if (i, s.alpha) not in cache:
                 cache[(i, s.alpha)] = trace_checks(tr, s.alpha, token_ids)
-            row.append(exit_outcome(tr, first_exit(cache[(i, s.alpha)], s)))
+            row.append(outcome(tr, first_exit(cache[(i, s.alpha)], s)))
         out.append(row)
     return out
 
@@ -173,6 +180,16 @@ def exit_outcome(trace: dict, check) -> tuple[bool, int]:
     if check is None or check.index not in trace["probes"]:
         return bool(trace["correct"]), trace["think_tokens"]
     return bool(trace["probes"][check.index]), check.think_tokens
+
+
+def exit_result(trace: dict, check) -> tuple[bool, int, str | None]:
+    """`exit_outcome` plus the answer given there: the probe's at the exit break, the trace's own at
+    its natural end without an exit (None when the run recorded no answers)."""
+    ok, think = exit_outcome(trace, check)
+    answers = trace.get("answers")
+    if check is None or check.index not in trace["probes"] or answers is None:
+        return ok, think, trace.get("final_answer")
+    return ok, think, answers.get(check.index)
 
 
 def _holds(methods: dict, tolerance: float) -> bool:
@@ -255,7 +272,8 @@ def run_calibration(cfg: CalibrateConfig) -> dict:
     ids = draft_token_ids(ev.draft)
     settings = grid(cfg)
     t1 = time.time()
-    outcomes_by_t = {t: replay_outcomes(trs, settings, ids) for t, trs in traces_by_t.items()}
+    results_by_t = {t: replay_outcomes(trs, settings, ids, exit_result) for t, trs in traces_by_t.items()}
+    outcomes_by_t = {t: [[(ok, n) for ok, n, _ in row] for row in rows] for t, rows in results_by_t.items()}
     points_by_t = {t: summarise(settings, outcomes) for t, outcomes in outcomes_by_t.items()}
     points = points_by_t[0.0]
     default_pt = replay(traces, [ExitConfig()], ids)[0]
@@ -266,7 +284,7 @@ def run_calibration(cfg: CalibrateConfig) -> dict:
     i_point = choose_exit(points_by_t, e_by_t, cfg.tolerance)
     cert = certified_choice(
         traces_by_t,
-        outcomes_by_t,
+        results_by_t,
         epsilon=cfg.epsilon,
         delta=cfg.delta,
         loss=cfg.loss,

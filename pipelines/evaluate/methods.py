@@ -349,18 +349,29 @@ def oracle_probe(
     max_tokens: int,
     grade_text: Callable[[str], bool],
     decode: Callable[[list[int]], str],
+    extract: Callable[[str], str | None] | None = None,
 ) -> Generator[list[Req], list[Out], dict]:
-    """Probe every paragraph break of a finished trace (one batched request list, prefix-cached)."""
-    if ids.think_end not in comp:
-        return {"cut": None, "breaks": [], "flags": [], "think_end": None, "probes": 0}
+    """Probe every paragraph break of a finished trace (one batched request list, prefix-cached).
+    With `extract` (the grader's answer extractor) also each probe's answer and the answer the trace
+    reaches at its natural end: the gold-free disagreement loss of calibration compares the two."""
+    if ids.think_end not in comp:  # unfinished: no break probed; its answer is what it wrote
+        out = {"cut": None, "breaks": [], "flags": [], "think_end": None, "probes": 0, "answers": None}
+        if extract is not None:
+            out.update(answers=[], final_answer=extract(decode(comp)))
+        return out
     end = comp.index(ids.think_end)
     breaks = step_boundaries(comp, ids.split, 0, end)
     prompts = probe_prompts(prompt, comp, breaks, ids.oracle_close)
     kw = dict(max_tokens=max_tokens, temperature=0.0, seed=None, extra=False)
     outs = (yield [Req(p, kw) for p in prompts]) if prompts else []
-    flags = [bool(grade_text(decode(o.token_ids))) for o in outs]
-    cut = oracle_cut(breaks, flags, bool(grade_text(decode(comp))), end)
-    return {"cut": cut, "breaks": breaks, "flags": flags, "think_end": end, "probes": len(prompts)}
+    texts = [decode(o.token_ids) for o in outs]
+    flags = [bool(grade_text(t)) for t in texts]
+    full = decode(comp)
+    cut = oracle_cut(breaks, flags, bool(grade_text(full)), end)
+    out = {"cut": cut, "breaks": breaks, "flags": flags, "think_end": end, "probes": len(prompts), "answers": None}
+    if extract is not None:
+        out.update(answers=[extract(t) for t in texts], final_answer=extract(full))
+    return out
 
 
 def oracle_replay(ids: Ids, prompt: list[int], eagle: Result, pr: dict, common: dict) -> Method:
@@ -388,6 +399,8 @@ def oracle_replay(ids: Ids, prompt: list[int], eagle: Result, pr: dict, common: 
         think_end=end,
         prefix_matches=list(res.completion[: res.think_tokens]) == list(eagle.completion[: res.think_tokens]),
     )
+    if pr.get("answers") is not None:  # per break, as `boundaries`: what calibration's disagreement loss reads
+        res.info.update(probe_answers=pr["answers"], final_answer=pr["final_answer"])
     res.oracle = pr
     return res
 
@@ -426,11 +439,18 @@ def oracle(
     decode: Callable[[list[int]], str],
     common: dict,
     peers: dict | None = None,
+    extract: Callable[[str], str | None] | None = None,
 ) -> Method:
     """The whole oracle on one problem as requests (for the lockstep driver): the break probes, with
     `peers` (`peer_points` keywords) the DEER / Dynasor / budget candidates, then the replay."""
     pr = yield from oracle_probe(
-        ids, prompt, eagle.completion, max_tokens=probe_max_tokens, grade_text=grade_text, decode=decode
+        ids,
+        prompt,
+        eagle.completion,
+        max_tokens=probe_max_tokens,
+        grade_text=grade_text,
+        decode=decode,
+        extract=extract,
     )
     points = {}
     if peers:

@@ -338,6 +338,7 @@ class EvalWorker:
                         decode=decode,
                         common=dict(max_tokens=self.cfg.max_tokens, temperature=temp, seed=self._seed(row["id"], temp)),
                         peers=self._peer_kw(temp),
+                        extract=EXTRACTORS[self.cfg.grader],
                     )
                     for row, p in problems
                 ]
@@ -448,6 +449,7 @@ class EvalWorker:
             max_tokens=self.cfg.oracle.probe_max_tokens,
             grade_text=grade_text,
             decode=decode,
+            extract=EXTRACTORS[self.cfg.grader],
         )
         pr = drive(self.spec, probe)
         probe_s = time.perf_counter() - t0

@@ -109,7 +109,7 @@ def _check_calibration(wd, draft: dict, monkeypatch) -> None:
     assert c["chosen_replay"]["accuracy"] >= c["eagle3"]["accuracy"] - tol - 1e-9 and c["within_tolerance"]
     assert c["chosen_replay"]["think_tokens"] <= c["default"]["think_tokens"] + 1e-9  # the default is in the grid
     k = c["certificate"]  # Learn then Test's record beside the point-estimate choice (selection: tolerance)
-    assert c["selection"] == "tolerance" and k["loss"] == "accuracy_drop" and (k["epsilon"], k["delta"]) == (0.01, 0.1)
+    assert c["selection"] == "tolerance" and k["loss"] == "disagreement" and (k["epsilon"], k["delta"]) == (0.01, 0.1)
     assert k["n_order"] + k["n_test"] == k["n_dev"] == 8 and k["chosen"] is None  # 4 test prompts cannot show 1 point
     conf = c["confirmed"]
     assert conf["within_tolerance"]

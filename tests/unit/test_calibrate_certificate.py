@@ -17,24 +17,42 @@ N = 400
 
 
 def _traces(n=N):
-    return [{"id": f"p{i}", "correct": True, "think_tokens": 100, "oracle_think": 40} for i in range(n)]
+    return [
+        {"id": f"p{i}", "correct": True, "think_tokens": 100, "oracle_think": 40, "answers": {}, "final_answer": "7"}
+        for i in range(n)
+    ]
 
 
 def _outcomes(n=N):
     """Three settings, conservative to aggressive: never wrong (90 think tokens), wrong on 0.5% of
-    the prompts (60), wrong on 10% (20)."""
+    the prompts (60), wrong on 10% (20); (right, think tokens, answer), a wrong answer "8"."""
+
+    def res(ok, think):
+        return ok, think, "7" if ok else "8"
+
     return [
-        [(True, 90)] * n,
-        [(i % 200 != 0, 60) for i in range(n)],
-        [(i % 10 != 0, 20) for i in range(n)],
+        [res(True, 90)] * n,
+        [res(i % 200 != 0, 60) for i in range(n)],
+        [res(i % 10 != 0, 20) for i in range(n)],
     ]
 
 
 def test_prompt_losses_are_per_prompt_and_temperature():
     tr = _traces(4)
     tr[1]["correct"] = False  # wrong at its natural end: an exit cannot make it worse
-    out = prompt_losses({0.0: tr}, {0.0: [[(False, 5), (False, 5), (True, 5), (True, 5)]]}, "accuracy_drop")
+    row = [(False, 5, "8"), (False, 5, "8"), (True, 5, "7"), (True, 5, None)]
+    out = prompt_losses({0.0: tr}, {0.0: [row]}, "accuracy_drop")
     assert out == {"0": [{"p0": 1.0, "p1": 0.0, "p2": 0.0, "p3": 0.0}]}
+    # no gold: what counts is whether the exit's answer is the trace's own ("7"), right or wrong
+    out = prompt_losses({0.0: tr}, {0.0: [row]}, "disagreement")
+    assert out == {"0": [{"p0": 1.0, "p1": 1.0, "p2": 0.0, "p3": 1.0}]}
+
+
+def test_the_disagreement_loss_refuses_traces_without_answers():
+    tr = _traces(2)
+    tr[0]["answers"] = None  # an evaluation from before the probes' answers were recorded
+    with pytest.raises(ValueError, match="rerun the dev evaluation"):
+        prompt_losses({0.0: tr}, {0.0: [[(True, 5, "7"), (True, 5, "7")]]}, "disagreement")
 
 
 def test_the_record_names_epsilon_delta_loss_sizes_and_the_bound():
@@ -65,7 +83,12 @@ def calibrate(monkeypatch, tmp_path):
     monkeypatch.setattr(job, "load_traces", lambda d, t=0.0: _traces())
     monkeypatch.setattr(job, "draft_token_ids", lambda d: {})
     monkeypatch.setattr(job, "grid", lambda cfg: settings)
-    monkeypatch.setattr(job, "replay_outcomes", lambda trs, ss, ids: _outcomes() if len(ss) == 3 else [_outcomes()[0]])
+
+    def replay_outcomes(trs, ss, ids, outcome=None):
+        rows = _outcomes() if len(ss) == 3 else [_outcomes()[0]]
+        return rows if outcome is job.exit_result else [[r[:2] for r in row] for row in rows]
+
+    monkeypatch.setattr(job, "replay_outcomes", replay_outcomes)
 
     def run(**kw):
         raw = {

@@ -81,6 +81,9 @@ def test_timed_problem_per_request_others_batched(tmp_path):
         else:
             assert info["timed"] is False
             assert r["latency_s"] is None and info["batched"]
+        if r["method"] == "oracle":  # timed (p0) and lockstep alike: each break's answer, and the trace's own
+            assert len(info["probe_answers"]) == len(r["boundaries"]) > 0 and info["final_answer"] == "7"
+            assert set(info["probe_answers"]) == {"7"}  # the fake engine's every reply ends "The answer is 7 ."
     # per temperature: one batched generate of both untimed problems per single-request job, and one
     # for both problems' oracle probes (lockstep; the reply's one break needs no replay)
     batched = [sp for n, sp in w.spec.calls + w.plain.calls if n == 2]
