@@ -37,7 +37,7 @@ Why each private name is needed:
   (`ray.llm._internal.common.utils.cloud_utils`): `VLLMEngine.start` first runs a Ray task on every
   node of the replica's placement group to "download" the model; with no mirror config and a model
   that is not an `s3://`/`gs://` path that task returns the model id unchanged, yet it starts a worker
-  process that imports torch and vLLM (~7 s per replica start on 2 CPU cores).
+  process that imports torch and vLLM (7.8 s of a toy replica's 27.7 s start on 2 idle cores: docs/testing.md).
   `node_init_is_noop` / `skip_noop_node_init` (below) turn it off in exactly that case, and only
   under the stock callback.
 * `import_attr` (`ray._common.utils`), `call_user_app_builder_with_args_if_necessary`

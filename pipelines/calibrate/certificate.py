@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping, Sequence
+from typing import Literal, get_args
 
 from specexit_core.exit.risk_control import accuracy_drop_loss, certify, dev_size_needed, disagreement_loss
 
-LOSSES = ("disagreement", "accuracy_drop")
+LossName = Literal["disagreement", "accuracy_drop"]  # `CalibrateConfig.loss`; the first is its default
+LOSSES: tuple[str, ...] = get_args(LossName)
 
 
 def prompt_losses(

@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from pipelines.calibrate.certificate import LOSSES, LossName
 from pipelines.evaluate.config import EvalConfig
 from specexit_core.typed_config import StrictModel, read_yaml, resolve_path
 
@@ -42,7 +43,7 @@ class CalibrateConfig(StrictModel):
     delta: float = Field(0.1, gt=0, lt=1)
     # per prompt: `disagreement` (no gold needed): the answer forced at the exit differs from the one the
     # trace reaches at its natural end; `accuracy_drop` (needs gold): right at the natural end, wrong at the exit
-    loss: Literal["disagreement", "accuracy_drop"] = "disagreement"
+    loss: LossName = LOSSES[0]
     order_share: float = Field(0.5, gt=0, lt=1)
     seed: int = 0
     # The exit must hold at each of these (accuracy >= eagle3's - tolerance on the dev split): greedy
