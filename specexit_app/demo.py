@@ -104,6 +104,8 @@ class Stages:
         ev = raw.setdefault("eval", {})
         ev.update(draft=self.draft, output=str(self.wd / "calibrate" / "dev"))
         ev["input"] = {**ev.get("input", {}), "n": self.cfg.calibrate_problems}
+        if self.cfg.eval_concurrency is not None:
+            ev["concurrency"] = self.cfg.eval_concurrency
         out = run_calibration(
             load_config(
                 CalibrateConfig, raw=raw, what="calibrate", overrides={"output": str(self.wd / "calibrated.json")}
@@ -164,6 +166,8 @@ class Stages:
             raw["latency_problems"] = self.cfg.eval_latency_problems
         if self.cfg.eval_budget_sweep is not None:
             raw["budget_sweep"] = self.cfg.eval_budget_sweep
+        if self.cfg.eval_concurrency is not None:
+            raw["concurrency"] = self.cfg.eval_concurrency
         summary = run_evaluation(
             load_config(EvalConfig, raw=raw, what="evaluate", overrides={"output": str(self.wd / "eval")})
         )

@@ -49,6 +49,7 @@ class QuickOverrides(StrictModel):
     eval_problems: int | None = Field(None, ge=1)
     eval_latency_problems: int | None = Field(None, ge=1)
     eval_budget_sweep: list[int] | None = None
+    eval_concurrency: int | None = Field(None, ge=1)
     temperatures: list[float] | None = None
 
 
@@ -78,6 +79,9 @@ class DemoConfig(StrictModel):
     # the static thinking budgets the evaluation sweeps (None: the evaluate recipe's `budget_sweep`); a
     # budget chosen on the dev split (calibrate_peers) is added to it
     eval_budget_sweep: list[int] | None = None
+    # engine actors of the evaluation and of the calibration's dev run (None: the evaluate recipe's
+    # `concurrency`); each starts its engines, so a run of a few problems is quicker on one
+    eval_concurrency: int | None = Field(None, ge=1)
     # the evaluation's temperatures, and so the calibration's (the exit must hold at each; 0.0 first)
     temperatures: list[float] = Field(default_factory=lambda: [0.0, 0.6])
     serve_port: int = Field(8000, ge=1, le=65535)

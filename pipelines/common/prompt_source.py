@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_serializer, model_validator
 
+from pipelines.common.ray_parquet import read_parquet
 from specexit_core.toy.shifts import Shift
 from specexit_core.typed_config import ConfigError, StrictModel, resolve_path
 
@@ -50,7 +51,7 @@ def read_dataset(cfg: InputConfig, limit: int | None):
         # prompt has another type, and such rows must become error rows instead.
         return ray.data.read_text(cfg.path)
     if cfg.kind == "parquet":
-        return ray.data.read_parquet(cfg.path)
+        return read_parquet(cfg.path)
     import datasets
 
     if cfg.kind == "hf_disk":

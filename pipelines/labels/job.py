@@ -23,6 +23,7 @@ from pipelines.common.parts import (
     repair_duplicates,
     tally,
 )
+from pipelines.common.ray_parquet import read_parquet
 from pipelines.common.run_identity import (
     changed_rows,
     check_identity,
@@ -92,7 +93,6 @@ def run(cfg: LabelsConfig) -> dict:
     ident = identity(cfg)
     check_identity(cfg.output, ident, resuming=bool(part_files(cfg.output)), what="labels")
     init_ray(cfg.ray)
-    import ray
 
     gpu = use_gpu(cfg.engine.accelerator)
     files = part_files(cfg.input)
@@ -120,7 +120,7 @@ def run(cfg: LabelsConfig) -> dict:
     processed, timing = 0, None
     if todo:
         e = cfg.engine
-        ds = ray.data.read_parquet([str(f) for f in files], columns=COLUMNS)
+        ds = read_parquet(files, columns=COLUMNS)
         ds = ds.map_batches(keep_ids, fn_kwargs={"ids": todo}, batch_format="pyarrow", num_cpus=0.25)
         resources = {"num_gpus": e.tensor_parallel_size} if gpu else {"num_cpus": 1}
         kill_after = int(os.environ.get(KILL_ENGINE_ENV, "0") or 0)

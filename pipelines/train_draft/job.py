@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from pipelines.common.parts import keep_ids, part_files, read_column
+from pipelines.common.ray_parquet import read_parquet
 from pipelines.common.run_identity import check_identity, config_identity, model_fingerprint, write_identity
 from pipelines.common.runtime import init_ray, use_gpu
 from pipelines.common.tokens import load_tokenizer, token_ids
@@ -116,7 +117,6 @@ def run(cfg: TrainDraftConfig) -> dict:
     check_identity(run_dir, ident, resuming=has_checkpoint(run_dir), what="train_draft")
     write_identity(run_dir, ident)
     init_ray(cfg.ray)
-    import ray
     from transformers import AutoConfig
 
     files = part_files(cfg.input)
@@ -125,7 +125,7 @@ def run(cfg: TrainDraftConfig) -> dict:
     train_ids = [i for i in ids if status[i] == "ok"]
     if len(train_ids) < cfg.num_workers:
         raise SystemExit(f"train_draft: {len(train_ids)} labeled rows for {cfg.num_workers} workers")
-    ds = ray.data.read_parquet([str(f) for f in files], columns=COLUMNS)
+    ds = read_parquet(files, columns=COLUMNS)
     ds = ds.map_batches(keep_ids, fn_kwargs={"ids": train_ids}, batch_format="pyarrow", num_cpus=0.25)
 
     tcfg = AutoConfig.from_pretrained(cfg.target)

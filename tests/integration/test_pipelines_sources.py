@@ -101,3 +101,23 @@ def test_writer_retried_by_ray_after_committing_writes_each_row_once(tmp_path, m
     t = tally(out, ids)
     assert (t["ok"], t["duplicates"], t["complete"]) == (12, 0, True), t
     assert sorted(read_all(out, ["id"]).column("id").to_pylist()) == ids
+
+
+def _footer_reader_actors() -> int:
+    from ray._private import state
+
+    return sum(a["ActorClassName"].endswith("FooterReader") for a in state.actors().values())
+
+
+def test_a_few_part_files_take_one_footer_reader(tmp_path):
+    """A stage reading its input (pipelines/common/ray_parquet.py): Ray Data's default lists any Parquet
+    input on 32 footer-reader actors, a worker process each; three part files take one."""
+    from pipelines.common.ray_parquet import read_parquet
+
+    for i in range(3):
+        pq.write_table(pa.table({"id": [f"r{i}"], "x": [i]}), tmp_path / f"part-{i}.parquet")
+    before = _footer_reader_actors()
+    ds = read_parquet(sorted(tmp_path.glob("part-*.parquet")), columns=["id"])
+    assert sorted(ds.to_pandas()["id"]) == ["r0", "r1", "r2"]
+    assert _footer_reader_actors() - before == 1
+    assert sorted(read_parquet(tmp_path).to_pandas()["x"]) == [0, 1, 2]  # a folder: its files counted

@@ -41,3 +41,14 @@ def test_vllm_chat_template_and_reasoning_tokens(llm):
     )
     text = out[0].outputs[0].text
     assert "</think>" in text and grade(text, 32)
+
+
+def test_one_cpu_rank_runs_the_model_in_the_engine_core_process(llm):
+    """The plugin's one-rank rule (specexit_core/vllm_plugin/cpu_uniprocess.py): the offline engine is this
+    process and its engine core, with no worker process importing torch and vLLM again; the greedy
+    equality above ran on that layout."""
+    import psutil
+
+    assert llm.llm_engine.vllm_config.parallel_config.distributed_executor_backend == "uni"
+    names = [p.name() for p in psutil.Process().children(recursive=True)]
+    assert any("EngineCore" in n for n in names) and not [n for n in names if "Worker" in n], names

