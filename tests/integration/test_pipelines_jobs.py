@@ -69,16 +69,16 @@ class Cluster(LocalHead):
 
     # Waiting on a job polls the dashboard's job API in this process (Ray's JobSubmissionClient): the
     # `ray job status` CLI was a Python process importing Ray every 2 s (~1.3 CPU-s each, #38).
-    def client(self):
+    def jobs(self):
         from ray.job_submission import JobSubmissionClient
 
         return JobSubmissionClient(self.address)
 
     def logs(self, job_id: str) -> str:
-        return self.client().get_job_logs(job_id)
+        return self.jobs().get_job_logs(job_id)
 
     def wait(self, job_id: str, timeout: float = 600) -> str:
-        client, t0 = self.client(), time.time()
+        client, t0 = self.jobs(), time.time()
         while time.time() - t0 < timeout:
             s = str(client.get_job_status(job_id))
             if s in ("SUCCEEDED", "FAILED", "STOPPED"):
