@@ -307,8 +307,20 @@ def cmd_long_writer_check(args: argparse.Namespace) -> int:
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from pipelines.calibrate.job import main as calibrate_main
+    from specexit_core.typed_config import ConfigError
 
-    return calibrate_main(args.config, output=args.output, limit=args.n, as_json=args.json)
+    try:
+        return calibrate_main(
+            args.config,
+            output=args.output,
+            limit=args.n,
+            as_json=args.json,
+            prompts=args.prompts,
+            prompt_column=args.prompt_column,
+        )
+    except ConfigError as e:
+        print(f"specexit calibrate: {e}", file=sys.stderr)
+        return 2
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -571,6 +583,13 @@ def build_parser() -> argparse.ArgumentParser:
     ca.add_argument("--config", default="examples/toy/calibrate.yaml", help="CalibrateConfig YAML")
     ca.add_argument("--output", help="calibrated JSON (default: the config's output)")
     ca.add_argument("--n", type=int, help="number of dev problems (default: the config's)")
+    ca.add_argument(
+        "--prompts",
+        metavar="FILE",
+        help="calibrate on your own prompts (JSONL or Parquet, no answers): the certified exit under the "
+        "gold-free disagreement loss; dev traces go to <output>-dev/",
+    )
+    ca.add_argument("--prompt-column", help="the prompts' column (default: prompt; with --prompts)")
     ca.add_argument("--json", action="store_true", help="print the result as one JSON line (the last line)")
     ca.set_defaults(func=cmd_calibrate)
     return p

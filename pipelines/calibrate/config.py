@@ -124,3 +124,46 @@ def check_temperatures(v: list[float]) -> list[float]:
     if not v or v[0] != 0.0 or any(t < 0 for t in v) or len(set(v)) != len(v):
         raise ValueError(f"temperatures must start with 0.0 and be distinct and >= 0, got {v}")
     return v
+
+
+def load_calibrate_config(
+    config: str,
+    *,
+    output: str | None = None,
+    limit: int | None = None,
+    prompts: str | None = None,
+    prompt_column: str | None = None,
+) -> CalibrateConfig:
+    """`specexit calibrate`'s config: the recipe with the command line's overrides. `prompts` (a JSONL
+    or Parquet file of the user's own prompts, no answers): the dev run reads them instead of the
+    recipe's input, grades every answer against the one its EAGLE-3 trace reaches at its natural end
+    (`grade_against: natural_end`), and the exit is the certified one under the gold-free disagreement
+    loss; its traces go beside the calibrated file (`<output>-dev/`), so each file keeps its own.
+    ConfigError on a bad recipe, a missing file or one whose kind cannot be told."""
+    from pipelines.common.prompt_source import infer_input_kind
+    from specexit_core.typed_config import ConfigError, load_config
+
+    over: dict[str, Any] = {"output": output, "eval.limit": limit}
+    if prompts is not None:
+        path = Path(prompts).expanduser().resolve()
+        if not path.exists():
+            raise ConfigError(f"--prompts {prompts}: no such file or folder")
+        over.update(
+            {
+                "eval.input": {
+                    "kind": infer_input_kind(str(path)),
+                    "path": str(path),
+                    "prompt_column": prompt_column or "prompt",
+                    "gold_column": None,
+                },
+                "eval.grade_against": "natural_end",
+                "selection": "certified",
+                "loss": "disagreement",
+            }
+        )
+    elif prompt_column is not None:
+        raise ConfigError("--prompt-column goes with --prompts FILE")
+    cfg = load_config(CalibrateConfig, config, overrides=over, what="calibrate")
+    if prompts is not None:
+        cfg.eval.output = str(Path(cfg.output).with_suffix("")) + "-dev"
+    return cfg

@@ -328,6 +328,9 @@ def run_calibration(cfg: CalibrateConfig) -> dict:
         "accuracy at an exit = the graded forced answer probed (greedy) at that paragraph break; the chosen "
         "setting has the fewest think tokens (mean over temperatures) within tolerance at every temperature",
         "split": ev.input.split if ev.input.kind == "toy" else ev.input.path,
+        # `natural_end` (`--prompts FILE`, no gold): every "accuracy" here is agreement with the answer the
+        # EAGLE-3 trace reaches at its natural end, so 1 - accuracy is the disagreement loss
+        "graded_against": ev.grade_against,
         "n_traces": len(traces),
         "temperatures": list(cfg.temperatures),
         "tolerance": cfg.tolerance,
@@ -413,21 +416,29 @@ def run_calibration(cfg: CalibrateConfig) -> dict:
     return out
 
 
-def main(config: str, output: str | None = None, limit: int | None = None, as_json: bool = False) -> int:
-    from specexit_core.typed_config import load_config
+def main(
+    config: str,
+    output: str | None = None,
+    limit: int | None = None,
+    as_json: bool = False,
+    prompts: str | None = None,
+    prompt_column: str | None = None,
+) -> int:
+    from pipelines.calibrate.config import load_calibrate_config
 
-    cfg = load_config(CalibrateConfig, config, overrides={"output": output, "eval.limit": limit}, what="calibrate")
+    cfg = load_calibrate_config(config, output=output, limit=limit, prompts=prompts, prompt_column=prompt_column)
     out = run_calibration(cfg)
     stop_ray_quietly()
     if as_json:  # one line, the last one: engine actors' logs also reach this stdout
         print(json.dumps(out), flush=True)
     else:
         c = out["calibration"]
+        acc = "agreement with EAGLE-3's own answers" if c["graded_against"] == "natural_end" else "accuracy"
         print(f"chosen exit: {json.dumps(out['exit'])}")
         for e in out["calibration"]["at_grid_edge"]:
             print(f"warning: {e}: widen the grid (a better setting may lie beyond it)")
         print(
-            f"replay on {c['n_traces']} dev traces: accuracy {c['chosen_replay']['accuracy']:.3f} "
+            f"replay on {c['n_traces']} dev traces: {acc} {c['chosen_replay']['accuracy']:.3f} "
             f"(eagle3 {c['eagle3']['accuracy']:.3f}, tolerance {c['tolerance']}), think tokens "
             f"{c['chosen_replay']['think_tokens']:.1f} (eagle3 {c['eagle3']['think_tokens']:.1f}, default "
             f"{c['default']['think_tokens']:.1f}, oracle {c['oracle']['think_tokens']:.1f})"

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_serializer, model_validator
 
 from pipelines.common.config import EngineConfig, RayConfig
 from pipelines.common.methods import METHODS
@@ -72,6 +72,12 @@ class EvalConfig(StrictModel):
     limit: int | None = Field(None, ge=1)  # first N problems
     input: InputConfig = Field(default_factory=lambda: InputConfig(kind="toy", split="test", n=100, gold_column="gold"))
     grader: Literal["toy", "numeric", "multiple_choice"] = "toy"
+    # What an answer is graded against: `gold` (the input's gold column; a problem without one is an
+    # error row), or `natural_end`: the answer the problem's EAGLE-3 trace at the same temperature
+    # reaches at its natural end (no gold needed: `specexit calibrate --prompts FILE`). `correct` then
+    # says "agrees with that answer", and the accuracies are agreement rates, whose shortfall from
+    # EAGLE-3's is the disagreement loss calibration certifies.
+    grade_against: Literal["gold", "natural_end"] = "gold"
     engine: EngineConfig  # the target (teacher); speculation is added from `draft`
     draft: str  # SpecExit draft folder (vLLM Eagle3 layout with signal rows)
     num_speculative_tokens: int = Field(3, ge=1)
@@ -122,6 +128,15 @@ class EvalConfig(StrictModel):
     think_end: str = "</think>"
     split_tokens: list[str] | None = None  # None: every single-token paragraph break
     ray: RayConfig = Field(default_factory=lambda: RayConfig(num_cpus=4))
+
+    @model_serializer(mode="wrap")
+    def _omit_gold_grading(self, handler):
+        # Graded against gold, the dump is what it was before `grade_against` existed, so the run
+        # identity of evaluations written then still matches and they can be resumed.
+        d = handler(self)
+        if self.grade_against == "gold":
+            d.pop("grade_against", None)
+        return d
 
     @field_validator("methods")
     @classmethod

@@ -405,6 +405,8 @@ def run_evaluation(cfg: EvalConfig) -> dict:
         "methods": by_t.get(head, {}).get("methods", {}),
         "sweeps": by_t.get(head, {}).get("sweeps", {}),
         "temperature": cfg.temperatures[0],
+        # `natural_end`: the accuracies are agreement with EAGLE-3's answer at its natural end (no gold)
+        "graded_against": cfg.grade_against,
         "by_temperature": by_t,
         "targets": {t: target_checks(d["methods"], cfg.targets) for t, d in by_t.items()},
         "n": len(expected),

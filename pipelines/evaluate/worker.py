@@ -209,8 +209,8 @@ class EvalWorker:
         pid = row["id"]
         if row.get("error"):
             return None, None, [error_row(pid, row["error"], prompt=row.get("prompt"), gold=row.get("gold"))]
-        ref = reference_answer(self.cfg.grader, row.get("gold"), None)
-        if ref is None:
+        ref = None if self.natural_end else reference_answer(self.cfg.grader, row.get("gold"), None)
+        if ref is None and not self.natural_end:
             bad = f"no usable gold answer ({row.get('gold')!r})"
             return None, None, [error_row(pid, bad, prompt=row["prompt"], gold=row.get("gold"))]
         prompt = self._prompt(row["prompt"])
@@ -334,7 +334,13 @@ class EvalWorker:
                         p,
                         out[row["id"]][("eagle3", "")],
                         probe_max_tokens=self.cfg.oracle.probe_max_tokens,
-                        grade_text=self._grade_text(reference_answer(self.cfg.grader, row.get("gold"), None)),
+                        grade_text=self._grade_text(
+                            self._reference(
+                                reference_answer(self.cfg.grader, row.get("gold"), None),
+                                out[row["id"]][("eagle3", "")],
+                                decode,
+                            )
+                        ),
                         decode=decode,
                         common=dict(max_tokens=self.cfg.max_tokens, temperature=temp, seed=self._seed(row["id"], temp)),
                         peers=self._peer_kw(temp),
@@ -386,7 +392,7 @@ class EvalWorker:
                 elif m in ("deer", "dynasor"):
                     res = timed(gen, partial(drive, gen, self._peer(m, p, common, decode)))
                 elif m == "oracle":
-                    res = self._oracle(pid, p, eagle, ref, common, decode)
+                    res = self._oracle(pid, p, eagle, self._reference(ref, eagle and eagle[0], decode), common, decode)
                 else:
                     extra = self._extra(m, setting)
                     res = timed(gen, partial(single, gen, ids, p, opened=opened, extra=extra, **common))
@@ -417,7 +423,29 @@ class EvalWorker:
                         gold=row.get("gold"),
                     )
                 )
+        if self.natural_end:  # the reference is the EAGLE-3 trace's own answer, known once it ran
+            self._grade_against_natural_end(rows, eagle and eagle[0], decode)
         return rows
+
+    @property
+    def natural_end(self) -> bool:
+        return self.cfg.grade_against == "natural_end"
+
+    def _reference(self, ref: str | None, eagle: Result | None, decode) -> str | None:
+        """What answers are graded against: the gold `ref`, or (`grade_against: natural_end`) the answer
+        the problem's EAGLE-3 trace reaches at its natural end (None: it gave none)."""
+        if not self.natural_end:
+            return ref
+        return None if eagle is None else EXTRACTORS[self.cfg.grader](decode(eagle.completion))
+
+    def _grade_against_natural_end(self, rows: list[dict], eagle: Result | None, decode) -> None:
+        """Each ok row's `correct`: its answer agrees with the EAGLE-3 trace's at its natural end (no
+        answer agrees with no answer, as in the disagreement loss). Without that trace (it failed)
+        nothing agrees: the problem counts against every method, never for it."""
+        ref = self._reference(None, eagle, decode)
+        for r in rows:
+            if r["status"] == "ok":
+                r["correct"] = eagle is not None and grade(self.cfg.grader, r["completion_text"], ref) > 0.5
 
     def _grade_text(self, ref: str):
         return lambda text: grade(self.cfg.grader, text, ref) > 0.5

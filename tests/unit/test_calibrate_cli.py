@@ -37,14 +37,54 @@ def test_cli_passes_config_limit_and_output(calls, tmp_path, capsys):
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["calibration"]["n_traces"] == 4
 
 
-def test_cli_rejects_an_unknown_key_before_any_work(calls, tmp_path):
+def test_cli_rejects_an_unknown_key_before_any_work(calls, tmp_path, capsys):
     from specexit_app.cli import main
-    from specexit_core.typed_config import ConfigError
 
     raw = yaml.safe_load((REPO_ROOT / "examples/toy/calibrate.yaml").read_text())
     raw["tolerence"] = 0.02  # a typo
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump(raw))
-    with pytest.raises(ConfigError, match="tolerence"):
-        main(["calibrate", "--config", str(bad)])
+    assert main(["calibrate", "--config", str(bad)]) == 2  # the message, not a traceback
+    assert "tolerence" in capsys.readouterr().err
     assert calls == []
+
+
+@pytest.mark.parametrize("suffix", ["jsonl", "parquet"])
+def test_prompts_file_calibrates_without_gold(calls, tmp_path, suffix):
+    """`--prompts FILE`: the dev run reads the file (its kind from the name), with no gold column, grades
+    against each EAGLE-3 trace's own answer, and the exit is the certified one under the disagreement
+    loss; its traces go beside the calibrated file."""
+    from specexit_app.cli import main
+
+    prompts = tmp_path / f"mine.{suffix}"
+    prompts.write_text("")
+    out = tmp_path / "mine" / "calibrated.json"
+    argv = ["calibrate", "--prompts", str(prompts), "--output", str(out), "--n", "50", "--json"]
+    assert main([*argv, "--prompt-column", "question"]) in (0, None)
+    (cfg,) = calls
+    inp = cfg.eval.input
+    assert (inp.kind, inp.path, inp.prompt_column, inp.gold_column) == (suffix, str(prompts), "question", None)
+    assert cfg.eval.grade_against == "natural_end" and cfg.eval.limit == 50
+    assert (cfg.selection, cfg.loss) == ("certified", "disagreement")
+    assert cfg.eval.output == str(tmp_path / "mine" / "calibrated-dev")
+    # the recipe's own dev split is untouched without --prompts
+    calls.clear()
+    assert main(["calibrate", "--output", str(out), "--json"]) in (0, None)
+    (cfg,) = calls
+    assert cfg.eval.input.kind == "toy" and cfg.eval.grade_against == "gold" and cfg.selection == "tolerance"
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--prompts", "/no/such/prompts.jsonl"], "no such file"),
+        (["--prompts", "{tmp}/prompts.txt"], "cannot tell the input kind"),
+        (["--prompt-column", "question"], "--prompt-column goes with --prompts"),
+    ],
+)
+def test_prompts_mistakes_are_refused_before_any_work(calls, tmp_path, capsys, argv, message):
+    from specexit_app.cli import main
+
+    (tmp_path / "prompts.txt").write_text("x\n")
+    assert main(["calibrate", *[a.format(tmp=tmp_path) for a in argv]]) == 2
+    assert message in capsys.readouterr().err and calls == []

@@ -214,3 +214,40 @@ def test_actor_plan_one_actor_per_core_and_even_batches():
     assert actor_plan(cfg, {"VLLM_CPU_OMP_THREADS_BIND": "0-1"}, False, 40) == (2, 20)  # 30 + 10 would idle one
     assert actor_plan(cfg, {"VLLM_CPU_OMP_THREADS_BIND": "0"}, False, 40) == (1, 30)  # one core: one engine
     assert actor_plan(cfg, {}, True, 100) == (2, 30)  # GPUs: as configured
+
+
+def test_graded_against_the_natural_end_no_gold_needed(tmp_path):
+    """`grade_against: natural_end` (`specexit calibrate --prompts FILE`): prompts without gold are
+    evaluated, not error rows; each answer is graded against the one the problem's EAGLE-3 trace
+    reaches at its natural end, whatever order the methods ran in (timed and batched alike), and the
+    oracle's probes too, so `probe_correct` is exactly "no disagreement" at each break."""
+    w = _worker(tmp_path, ["eagle3", "specexit", "plain", "oracle"])
+    w.cfg = w.cfg.model_copy(update={"grade_against": "natural_end"})
+    five = w.tok.encode("4\n\n</think>\n\nThe answer is 5 .", add_special_tokens=False)
+    answer_5 = FakeGen.many
+
+    def many(self, prompts, sp):  # the exit-forced run answers 5, every other request 7
+        outs = answer_5(self, prompts, sp)
+        extra = (sp if isinstance(sp, dict) else sp[0]).get("extra")
+        return [Out(list(five), "", [], "stop", None) for _ in outs] if isinstance(extra, dict) and extra else outs
+
+    w.spec.many = many.__get__(w.spec)
+    batch = pa.Table.from_pylist(
+        [
+            {"id": f"p{i}", "prompt": "Compute from left to right : 3 + 4", "gold": None, "timed": i == 0}
+            for i in range(3)
+        ]
+    )
+    w(batch)
+    rows = [r for f in (tmp_path / "out").glob("part-*.parquet") for r in pq.read_table(f).to_pylist()]
+    assert len(rows) == 3 * 2 * 4 and all(r["status"] == "ok" for r in rows)  # no "no usable gold answer"
+    by_method = {m: {r["correct"] for r in rows if r["method"] == m} for m in ("eagle3", "specexit", "plain", "oracle")}
+    assert by_method == {"eagle3": {True}, "specexit": {False}, "plain": {True}, "oracle": {True}}
+    for r in (r for r in rows if r["method"] == "oracle"):
+        info = json.loads(r["info"])
+        assert r["probe_correct"] == [a == info["final_answer"] for a in info["probe_answers"]] == [True]
+    # graded against gold (the default), the same rows without gold are error rows
+    w2 = _worker(tmp_path / "gold", ["eagle3"])
+    w2(pa.Table.from_pylist([{"id": "p0", "prompt": "Compute from left to right : 3 + 4", "gold": None}]))
+    (row,) = [r for f in (tmp_path / "gold" / "out").glob("part-*.parquet") for r in pq.read_table(f).to_pylist()]
+    assert row["status"] == "error" and "no usable gold answer" in row["error"]
