@@ -35,7 +35,7 @@ from serve_app.replica import replica_tag
 from serve_app.telemetry import ExitEventIndex, choice_telemetry, usage_block
 from specexit_core.draft.config import SpecExitFields, read_specexit_fields
 from specexit_core.vllm_env import run_model_in_engine_core
-from specexit_core.vllm_plugin.controls import request_exit_config, server_defaults
+from specexit_core.vllm_plugin.controls import request_exit_config, sampling_profile, server_defaults
 from specexit_core.vllm_plugin.long_controls import request_long_config, server_long_defaults
 from specexit_core.vllm_plugin.telemetry import TELEMETRY_DIR_ENV
 
@@ -69,7 +69,7 @@ class SpecExitVLLMEngine(VLLMEngine):
         kwargs = self.llm_config.get_engine_config().engine_kwargs
         block = _draft_specexit_fields(kwargs)
         self._specexit_active = block is not None
-        self._exit_defaults = server_defaults(block.exit_defaults) if block else None
+        self._exit_defaults = server_defaults(block.exit_defaults, block.exit_profiles) if block else None
         self._long_defaults = server_long_defaults() if block else None
         self._think_end_id = int(block.token_ids["think_end"]) if block else self._tokenizer_think_end()
         tdir = os.environ.get(TELEMETRY_DIR_ENV)
@@ -125,7 +125,9 @@ class SpecExitVLLMEngine(VLLMEngine):
         if not self._specexit_active:
             return False
         try:
-            return request_exit_config(getattr(request, "vllm_xargs", None), self._exit_defaults).enabled
+            return request_exit_config(
+                getattr(request, "vllm_xargs", None), self._exit_defaults, sampling_profile(request)
+            ).enabled
         except ValueError:
             return False  # vLLM answers 400 for it anyway
 

@@ -125,6 +125,12 @@ class Stages:
                 "selection": c["selection"],
                 **{k: c["certificate"][k] for k in ("epsilon", "delta", "loss", "n_dev", "chosen", "bound")},
             },
+            # each sampling profile's setting (the engines pick it by how a request samples) and its
+            # certified bound (None: nothing certified there)
+            "by_profile": {
+                name: {"setting": p["exit"], "bound": p["certificate"]["bound"], "replay": p["replay"]}
+                for name, p in c["by_profile"].items()
+            },
         }
 
     def serve_max_tokens(self) -> int:
@@ -220,6 +226,12 @@ def run_demo(cfg: DemoConfig, *, fresh: bool = False) -> dict:
             t: d["methods"].get("budget", {}).get("setting") for t, d in evaluation["by_temperature"].items()
         },
         "peer_settings": evaluation.get("peer_settings"),
+        # the certified exit (issue #39): epsilon, delta, the loss, the dev size, and per sampling profile
+        # its setting and certified bound
+        "calibration": {
+            **{k: done["calibrate"]["certificate"][k] for k in ("epsilon", "delta", "loss", "n_dev")},
+            "by_profile": done["calibrate"]["by_profile"],
+        },
         "targets": evaluation["targets"],
         "report": evaluation["report"],
         "stages": done,
@@ -236,7 +248,7 @@ def _brief(name: str, res: dict) -> dict:
         "traces": ("input_rows", "ok", "errors", "rows_per_s"),
         "labels": ("input_rows", "ok", "errors"),
         "train_draft": ("step", "loss", "resumed_from_steps"),
-        "calibrate": ("exit", "at_grid_edge", "peers", "certificate"),
+        "calibrate": ("exit", "at_grid_edge", "peers", "certificate", "by_profile"),
         "serve": ("requests", "reasoning_separated", "think_tokens_off", "think_tokens_on", "exits"),
         "evaluate": ("n", "ok", "errors", "complete"),
     }[name]

@@ -322,6 +322,7 @@ def run_calibration(cfg: CalibrateConfig) -> dict:
     for e in edges:
         log.warning("calibrate: the chosen %s: widen the grid to be sure nothing better lies beyond", e)
     ok_at = {t: chosen_by_t[t]["accuracy"] >= e_by_t[t] - cfg.tolerance - 1e-12 for t in points_by_t}
+    by_profile = choose_per_profile(cfg, settings, traces_by_t, results_by_t, points_by_t, e_by_t)
     calib = {
         "how": "offline replay of ExitTracker over per-token draft signals computed once per EAGLE-3 dev trace "
         "(greedy, and sampled at each further calibration temperature with the evaluation's per-problem seeds); "
@@ -354,6 +355,9 @@ def run_calibration(cfg: CalibrateConfig) -> dict:
         },
         "within_tolerance": all(ok_at.values()),
         "at_grid_edge": edges,  # [] = every chosen value lies inside its grid axis
+        # each sampling profile's own choice by the same rule, on its traces alone (`exit` above holds at
+        # every one of them; a request sampled as a profile gets the profile's: exit/profiles.py)
+        "by_profile": by_profile,
         # which rule chose; Learn then Test's certificate either way (certificate.py): epsilon, delta, the
         # loss, n_dev = n_order + n_test, the certified setting and its certified bound on the loss
         "selection": cfg.selection,
@@ -373,11 +377,16 @@ def run_calibration(cfg: CalibrateConfig) -> dict:
         for name, c in calib["peers"].items():
             for e in (c or {}).get("at_grid_edge", []):
                 log.warning("calibrate: %s: the chosen %s: widen the grid", name, e)
+    out = {"exit": chosen, "by_profile": profile_exits(by_profile), "calibration": calib}
+    if peers:
+        out["peers"] = peers  # EvalConfig.with_calibrated_peers reads this
+    _write(cfg.output, out)  # the confirmation reads it: each temperature runs its profile's exit
     if cfg.confirm:
         conf_ev = ev.model_copy(
             update={
                 "methods": ["eagle3", "specexit"] + (["budget", "deer", "dynasor"] if peers else []),
-                "specexit_exit": chosen,
+                "calibrated": cfg.output,
+                "specexit_exit": None,
                 "signals": False,
                 "peer_probes": False,
                 "output": ev.output.rstrip("/") + "-confirm",
@@ -404,16 +413,66 @@ def run_calibration(cfg: CalibrateConfig) -> dict:
             for t, d in res["by_temperature"].items()
         }
     calib["seconds"] = round(time.time() - t0, 1)
-    out = {"exit": chosen, "calibration": calib}
-    if peers:
-        out["peers"] = peers  # EvalConfig.with_calibrated_peers reads this
-    Path(cfg.output).parent.mkdir(parents=True, exist_ok=True)
-    Path(cfg.output).write_text(json.dumps(out, indent=2) + "\n")
+    _write(cfg.output, out)
     if cfg.write_draft_defaults:
         from specexit_core.draft.checkpoint import set_exit_defaults
 
-        set_exit_defaults(ev.draft, chosen)
+        set_exit_defaults(ev.draft, chosen, out["by_profile"])
     return out
+
+
+def _write(path: str, out: dict) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(out, indent=2) + "\n")
+
+
+def choose_per_profile(
+    cfg: CalibrateConfig,
+    settings: list[ExitConfig],
+    traces_by_t: dict[float, list[dict]],
+    results_by_t: dict[float, list[list[tuple]]],
+    points_by_t: dict[float, list[dict]],
+    e_by_t: dict[float, float],
+) -> dict[str, dict]:
+    """{profile name: {sampling, exit, replay, certificate}}: each calibration temperature's own
+    choice by the config's rule (`selection`), from its traces alone. Nothing certified there: the
+    exit is off at that profile."""
+    from specexit_core.exit.profiles import SamplingProfile
+
+    out = {}
+    for t, trs in traces_by_t.items():
+        i_point = choose_exit({t: points_by_t[t]}, {t: e_by_t[t]}, cfg.tolerance)
+        cert = certified_choice(
+            {t: trs},
+            {t: results_by_t[t]},
+            epsilon=cfg.epsilon,
+            delta=cfg.delta,
+            loss=cfg.loss,
+            order_share=cfg.order_share,
+            seed=cfg.seed,
+        )
+        i = i_point if cfg.selection == "tolerance" else cert["chosen"]
+        if i is None:
+            chosen = ExitConfig(enabled=False).to_dict()
+            replay_pt = {"accuracy": e_by_t[t], "think_tokens": statistics.mean(tr["think_tokens"] for tr in trs)}
+        else:
+            chosen, replay_pt = settings[i].to_dict(), {k: points_by_t[t][i][k] for k in ("accuracy", "think_tokens")}
+        prof = SamplingProfile.of(t)
+        out[prof.name] = {
+            "sampling": prof.to_dict(),
+            "exit": chosen,
+            "replay": replay_pt,
+            "certificate": {
+                "chosen": None if cert["chosen"] is None else settings[cert["chosen"]].to_dict(),
+                **{k: cert[k] for k in ("bound", "epsilon", "delta", "loss", "n_dev")},
+            },
+        }
+    return out
+
+
+def profile_exits(by_profile: dict[str, dict]) -> dict[str, dict]:
+    """The calibrated file's `by_profile`: what the plugin and the evaluation read (sampling, exit)."""
+    return {name: {"sampling": p["sampling"], "exit": p["exit"]} for name, p in by_profile.items()}
 
 
 def main(

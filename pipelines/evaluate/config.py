@@ -192,12 +192,15 @@ class EvalConfig(StrictModel):
             ms.insert(0, "eagle3")
         return [m for m in METHODS if m in ms]
 
-    def exit_overrides(self) -> dict[str, Any] | None:
-        """The `specexit` request controls: the calibrated file wins over `specexit_exit`; None = server defaults."""
+    def exit_overrides(self, temperature: float | None = None) -> dict[str, Any] | None:
+        """The `specexit` request controls at `temperature`: the calibrated file's exit for that
+        sampling profile (its `by_profile`; else its joint `exit`) wins over `specexit_exit`; None =
+        the server's defaults (which pick by profile themselves)."""
         if self.calibrated:
-            from specexit_core.exit import load_exit_overrides
+            from specexit_core.exit.profiles import SamplingProfile, load_exit_profiles
 
-            return load_exit_overrides(Path(self.calibrated))
+            profile = None if temperature is None else SamplingProfile.of(temperature)
+            return load_exit_profiles(Path(self.calibrated)).select(profile)[1]
         return dict(self.specexit_exit) if self.specexit_exit is not None else None
 
     def with_calibrated_peers(self) -> EvalConfig:

@@ -255,7 +255,16 @@ def identity(cfg: EvalConfig) -> dict:
         "config": config_identity(cfg, RUN_ONLY_KEYS),
         "models": {"engine.model": model_fingerprint(cfg.engine.model), "draft": model_fingerprint(cfg.draft)},
         "specexit_exit": _exit_used(cfg),
+        **_exits_by_temperature(cfg),
     }
+
+
+def _exits_by_temperature(cfg: EvalConfig) -> dict:
+    """`{"specexit_exit_by_temperature": {T: setting}}` when a sampling profile runs another exit than
+    the headline temperature's, else nothing (so the identity of a run without profiles is unchanged)."""
+    exits = {f"{t:g}": _exit_used(cfg, t) for t in cfg.temperatures}
+    head = _exit_used(cfg)
+    return {} if all(e == head for e in exits.values()) else {"specexit_exit_by_temperature": exits}
 
 
 def check_input_rows(cfg: EvalConfig, problems: list[dict]) -> None:
@@ -415,6 +424,7 @@ def run_evaluation(cfg: EvalConfig) -> dict:
         "seconds": round(time.time() - t0, 1),
         "pipeline_seconds": None if busy is None else round(busy, 1),
         "specexit_exit": _exit_used(cfg),
+        **_exits_by_temperature(cfg),
         "peer_settings": {
             "deer": {"threshold": cfg.deer.threshold, "mean": cfg.deer.mean},
             "dynasor": {"every": cfg.dynasor.every, "window": cfg.dynasor.window},
@@ -458,18 +468,22 @@ def toy_eval_config(
     return load_config(EvalConfig, raw=d, what="evaluate")
 
 
-def _exit_used(cfg: EvalConfig) -> dict | None:
-    """The exit setting `specexit` ran with, resolved as the plugin does: the draft's
-    `exit_defaults` (e.g. written by calibration) <- $SPECEXIT_EXIT_CONFIG <- the request overrides
-    (the calibrated file or `specexit_exit`). None when the draft's config cannot be read."""
+def _exit_used(cfg: EvalConfig, temperature: float | None = None) -> dict | None:
+    """The exit setting `specexit` ran with at `temperature` (None: the headline one), resolved as the
+    plugin does: the draft's `exit_defaults` / `exit_profiles` (e.g. written by calibration) <-
+    $SPECEXIT_EXIT_CONFIG <- the request overrides (the calibrated file's, for that sampling profile,
+    or `specexit_exit`). None when the draft's config cannot be read."""
     import os
 
     from specexit_core.draft.checkpoint import read_config
-    from specexit_core.exit import EXIT_CONFIG_ENV, resolve_exit_config
+    from specexit_core.exit import EXIT_CONFIG_ENV
+    from specexit_core.exit.profiles import SamplingProfile, resolve_exit_defaults
 
+    t = cfg.temperatures[0] if temperature is None else temperature
     try:
         draft = read_config(cfg.draft)
-        return resolve_exit_config(draft.exit_defaults, os.environ.get(EXIT_CONFIG_ENV), cfg.exit_overrides()).to_dict()
+        defaults = resolve_exit_defaults(draft.exit_defaults, draft.exit_profiles, os.environ.get(EXIT_CONFIG_ENV))
+        return defaults.select(SamplingProfile.of(t))[1].with_overrides(cfg.exit_overrides(t)).to_dict()
     except (OSError, ValueError):
         return None
 

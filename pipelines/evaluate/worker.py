@@ -163,7 +163,7 @@ class EvalWorker:
             dynasor_probe=enc(cfg.dynasor.probe_text),
         )
         self.max_len = (self.spec or self.plain).llm.llm_engine.model_config.max_model_len
-        self.exit = cfg.exit_overrides()
+        self.exit = {t: cfg.exit_overrides(t) for t in cfg.temperatures}  # per sampling profile
         self.sig = None
         if cfg.signals and "eagle3" in self.methods:
             from pipelines.evaluate.trace_signals import SignalModel
@@ -228,13 +228,13 @@ class EvalWorker:
                 jobs.append((m, ""))
         return jobs
 
-    def _extra(self, m: str, setting: str):
-        """The `specexit` request controls of a single-request method."""
+    def _extra(self, m: str, setting: str, temp: float):
+        """The `specexit` request controls of a single-request method at temperature `temp`."""
         return {
             "eagle3": False,
             "nothink": False,
             "plain": None,
-            "specexit": self.exit,
+            "specexit": self.exit[temp],
             "specexit_paper": paper_extra(),
             "specexit_default": None,
             "budget": budget_extra(int(setting) if setting else 0),
@@ -279,7 +279,7 @@ class EvalWorker:
                         max_tokens=self.cfg.max_tokens,
                         temperature=temp,
                         seed=self._seed(row["id"], temp),
-                        extra=self._extra(m, setting),
+                        extra=self._extra(m, setting, temp),
                     )
                     for row, _ in problems
                 ]
@@ -394,7 +394,7 @@ class EvalWorker:
                 elif m == "oracle":
                     res = self._oracle(pid, p, eagle, self._reference(ref, eagle and eagle[0], decode), common, decode)
                 else:
-                    extra = self._extra(m, setting)
+                    extra = self._extra(m, setting, temp)
                     res = timed(gen, partial(single, gen, ids, p, opened=opened, extra=extra, **common))
                 if not timed_here:  # latency is compared on the timed problems only
                     res.info["timed"] = False

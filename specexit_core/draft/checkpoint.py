@@ -156,15 +156,21 @@ def convert(
     return dst
 
 
-def set_exit_defaults(ckpt_dir: str | Path, exit_defaults: dict | None) -> DraftConfig:
-    """Store ExitConfig overrides as the draft's `specexit.exit_defaults` (None removes them):
-    the server defaults the vLLM plugin starts from."""
+def set_exit_defaults(
+    ckpt_dir: str | Path, exit_defaults: dict | None, exit_profiles: dict | None = None
+) -> DraftConfig:
+    """Store ExitConfig overrides as the draft's `specexit.exit_defaults` (None removes them), and
+    per sampling profile as `specexit.exit_profiles` (a calibrated file's `by_profile`; None removes
+    them): the server defaults the vLLM plugin starts from."""
     ckpt_dir = Path(ckpt_dir)
     cfg_json = json.loads((ckpt_dir / "config.json").read_text())
     cfg = DraftConfig.from_hf_json(cfg_json)
     if not cfg.signals:
         raise ValueError(f"{ckpt_dir} is a stock EAGLE-3 draft: it has no SpecExit exit to set defaults for")
-    new_cfg = cfg.replace(exit_defaults=None if exit_defaults is None else dict(exit_defaults))
+    new_cfg = cfg.replace(
+        exit_defaults=None if exit_defaults is None else dict(exit_defaults),
+        exit_profiles=None if exit_profiles is None else dict(exit_profiles),
+    )
     _write_config(ckpt_dir, cfg_json, new_cfg)
     return new_cfg
 

@@ -100,6 +100,9 @@ class DraftConfig:
     token_ids: dict | None = None
     # ExitConfig overrides the vLLM plugin starts from (e.g. the calibrated setting); None: the paper's
     exit_defaults: dict | None = None
+    # per sampling profile (a calibrated file's `by_profile`: specexit_core/exit/profiles.py); a request
+    # sampled as one of them starts from its exit instead of `exit_defaults`
+    exit_profiles: dict | None = None
 
     def __post_init__(self):
         if self.token_ids is not None and set(self.token_ids) != {"think_start", "think_end", "split"}:
@@ -109,6 +112,10 @@ class DraftConfig:
                 ExitConfig.from_dict(self.exit_defaults)
             except ValueError as e:
                 raise ValueError(f"exit_defaults: {e}") from None
+        if self.exit_profiles is not None:
+            from specexit_core.exit.profiles import parse_profiles
+
+            parse_profiles({"exit": {}, "by_profile": self.exit_profiles}, "exit_profiles")
         if len(self.aux_layer_ids) != 3:
             raise ValueError(f"EAGLE-3 fuses 3 target layers, got aux_layer_ids={self.aux_layer_ids}")
         if len(set(self.aux_layer_ids)) != 3 or min(self.aux_layer_ids) < 0:
@@ -189,6 +196,8 @@ class DraftConfig:
                 d["specexit"]["token_ids"] = dict(self.token_ids)
             if self.exit_defaults is not None:
                 d["specexit"]["exit_defaults"] = dict(self.exit_defaults)
+            if self.exit_profiles is not None:
+                d["specexit"]["exit_profiles"] = dict(self.exit_profiles)
         return d
 
     @classmethod
@@ -225,6 +234,7 @@ class DraftConfig:
             signals=spec.signals,
             token_ids=spec.token_ids,
             exit_defaults=spec.exit_defaults,
+            exit_profiles=spec.exit_profiles,
         )
 
     def to_json(self) -> dict:
@@ -244,6 +254,7 @@ class SpecExitFields(NamedTuple):
     signals: tuple[str, ...]
     token_ids: dict | None
     exit_defaults: dict | None
+    exit_profiles: dict | None = None
 
 
 def read_specexit_fields(config: Mapping[str, Any] | Any) -> SpecExitFields:
@@ -256,4 +267,5 @@ def read_specexit_fields(config: Mapping[str, Any] | Any) -> SpecExitFields:
         signals=tuple(block.get("signals", ())),
         token_ids=block.get("token_ids"),
         exit_defaults=block.get("exit_defaults"),
+        exit_profiles=block.get("exit_profiles"),
     )

@@ -18,7 +18,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from specexit_core.draft.config import read_specexit_fields
-from specexit_core.exit import EXIT_CONFIG_ENV, ExitConfig, resolve_exit_config
+from specexit_core.exit import EXIT_CONFIG_ENV, ExitConfig
+from specexit_core.exit.profiles import ExitDefaults, SamplingProfile, resolve_exit_defaults
 from specexit_core.vllm_plugin.long_controls import LongConfig, request_long_config, wants_long
 
 PREFIX = "specexit_"
@@ -74,18 +75,41 @@ def overrides_from_extra_args(extra_args: Mapping[str, Any] | None) -> dict[str,
     return out
 
 
-def request_exit_config(extra_args: Mapping[str, Any] | None, defaults: ExitConfig) -> ExitConfig:
+def request_exit_config(
+    extra_args: Mapping[str, Any] | None, defaults: ExitConfig | ExitDefaults, sampling: SamplingProfile | None = None
+) -> ExitConfig:
+    """A request's setting: its overrides on the defaults (per sampling profile: those of the
+    profile it is sampled as, else the joint ones; `sampling_profile`)."""
+    if isinstance(defaults, ExitDefaults):
+        defaults = defaults.select(sampling)[1]
     return defaults.with_overrides(overrides_from_extra_args(extra_args))
 
 
-def server_defaults(draft_exit_defaults: Mapping[str, Any] | None = None) -> ExitConfig:
-    """This server's defaults: ExitConfig() <- the draft's `exit_defaults` <- $SPECEXIT_EXIT_CONFIG
-    (a JSON object, or a path to a JSON file such as the one `specexit calibrate` writes).
-    Requests override them (`request_exit_config`)."""
-    return resolve_exit_config(draft_exit_defaults, os.environ.get(EXIT_CONFIG_ENV))
+def sampling_profile(params) -> SamplingProfile | None:
+    """The profile a request is sampled as (SamplingParams, or an OpenAI request with temperature /
+    top_p / top_k); None when its sampling cannot be read or is left to the server (an OpenAI request
+    without a temperature): it then gets the joint defaults."""
+    if getattr(params, "temperature", None) is None:
+        return None
+    try:
+        return SamplingProfile.of(
+            getattr(params, "temperature", None), getattr(params, "top_p", None), getattr(params, "top_k", None)
+        )
+    except (TypeError, ValueError):
+        return None
 
 
-def engine_defaults(vllm_config) -> ExitConfig | None:
+def server_defaults(
+    draft_exit_defaults: Mapping[str, Any] | None = None, draft_exit_profiles: Mapping[str, Any] | None = None
+) -> ExitDefaults:
+    """This server's defaults, per sampling profile: ExitConfig() <- the draft's `exit_defaults` (or its
+    `exit_profiles` entry) <- $SPECEXIT_EXIT_CONFIG (a JSON object, or a path to a JSON file such as the
+    one `specexit calibrate` writes, whose `by_profile` entries win for their profiles). Requests
+    override them (`request_exit_config`)."""
+    return resolve_exit_defaults(draft_exit_defaults, draft_exit_profiles, os.environ.get(EXIT_CONFIG_ENV))
+
+
+def engine_defaults(vllm_config) -> ExitDefaults | None:
     """The defaults an engine's worker merges requests with (`server_defaults` with its SpecExit
     draft's exit_defaults), or None for an engine without a SpecExit draft."""
     from specexit_core.vllm_plugin.runner_choice import is_specexit_draft
@@ -94,7 +118,8 @@ def engine_defaults(vllm_config) -> ExitConfig | None:
     if not is_specexit_draft(spec):
         return None
     hf = getattr(getattr(spec, "draft_model_config", None), "hf_config", None)
-    return server_defaults(read_specexit_fields(hf).exit_defaults if hf is not None else None)
+    fields = read_specexit_fields(hf) if hf is not None else None
+    return server_defaults(fields and fields.exit_defaults, fields and fields.exit_profiles)
 
 
 def _has_specexit_draft(vllm_config) -> bool:
@@ -115,10 +140,10 @@ def install_request_validation() -> None:
     if getattr(SamplingParams, "_specexit_patched", False):
         return
 
-    def _check(extra_args, defaults: ExitConfig) -> None:
+    def _check(extra_args, defaults: ExitConfig | ExitDefaults, sampling: SamplingProfile | None = None) -> None:
         if extra_args and any(k == KEY or str(k).startswith(PREFIX) for k in extra_args):
             try:
-                request_exit_config(extra_args, defaults)
+                request_exit_config(extra_args, defaults, sampling)
             except ValueError as e:
                 raise VLLMValidationError(f"invalid SpecExit control: {e}", parameter="vllm_xargs") from None
         if wants_long(extra_args):
@@ -143,7 +168,7 @@ def install_request_validation() -> None:
             except ValueError:
                 defaults = None  # a bad $SPECEXIT_EXIT_CONFIG: the engine reports it at start-up
             if defaults is not None:
-                _check(params.extra_args, defaults)
+                _check(params.extra_args, defaults, sampling_profile(params))
             elif wants_long(params.extra_args) and not _has_specexit_draft(self.vllm_config):
                 raise VLLMValidationError(
                     "the long mode needs an engine with a SpecExit draft (its runner hook); this engine has none",

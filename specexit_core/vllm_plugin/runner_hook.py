@@ -52,7 +52,7 @@ from specexit_core.exit.batch_tracker import ERROR, BatchTrackers, ScanEvent, ne
 from specexit_core.exit.signal_names import SIGNALS
 from specexit_core.signals import activate
 from specexit_core.vllm_plugin.committed_rows import CommittedRows, Stream
-from specexit_core.vllm_plugin.controls import request_exit_config, server_defaults
+from specexit_core.vllm_plugin.controls import request_exit_config, sampling_profile, server_defaults
 from specexit_core.vllm_plugin.long_mode import LongModeState
 from specexit_core.vllm_plugin.metrics import SpecExitMetrics
 from specexit_core.vllm_plugin.telemetry import EXITS, FALLBACKS, TELEMETRY_DIR_ENV, EventWriter
@@ -89,7 +89,7 @@ class SpecExitRunnerState:
             raise ValueError(f"SpecExit draft config lacks specexit.token_ids {missing}")
         self.think_start, self.think_end = int(ids["think_start"]), int(ids["think_end"])
         self.split_ids = frozenset(int(t) for t in ids["split"])
-        self.defaults = server_defaults(spec.exit_defaults)
+        self.defaults = server_defaults(spec.exit_defaults, spec.exit_profiles)
         self.trackers = BatchTrackers(
             split_token_ids=self.split_ids, think_start_id=self.think_start, think_end_id=self.think_end
         )
@@ -128,11 +128,12 @@ class SpecExitRunnerState:
         st = self.reqs.get(req_id)
         if st is None:
             rs = runner.requests[req_id]
-            extra = rs.sampling_params.extra_args if rs.sampling_params is not None else None
+            sp = rs.sampling_params
+            extra = sp.extra_args if sp is not None else None
             st = self.reqs[req_id] = _ReqState(cfg=None, slot=None)
             self.counters["requests"] += 1
             try:  # the front end validated against the same defaults; this is the safety net
-                st.cfg = request_exit_config(extra, self.defaults)
+                st.cfg = request_exit_config(extra, self.defaults, sampling_profile(sp) if sp is not None else None)
             except Exception as e:  # noqa: BLE001
                 self._fall_back(req_id, st, f"invalid SpecExit settings: {e}")
                 return st

@@ -89,3 +89,21 @@ def test_dev_traces_beside_the_calibrated_file_every_row_accounted_for(run):
         if r["status"] == "ok" and r["method"] == "oracle" and r["boundaries"]:
             info = json.loads(r["info"])  # each break graded exactly by "no disagreement"
             assert r["probe_correct"] == [a == info["final_answer"] for a in info["probe_answers"]]
+
+
+def test_one_exit_per_sampling_profile_each_run_where_it_was_chosen(run):
+    """`by_profile`: each calibration temperature's own choice (its traces alone), besides the joint
+    `exit`; the confirmation run's engine requests at each temperature carried that profile's exit."""
+    from specexit_core.exit.profiles import load_exit_profiles
+
+    res, out = run
+    assert set(res["by_profile"]) == {"T0", "T0.6"}
+    for name, t in (("T0", 0.0), ("T0.6", 0.6)):
+        p = res["by_profile"][name]
+        assert p["sampling"] == {"temperature": t, "top_p": 1.0, "top_k": 0}
+        k = res["calibration"]["by_profile"][name]["certificate"]
+        assert k["n_dev"] == N_GOOD and (k["chosen"] is None) == (p["exit"]["enabled"] is False)
+    assert len(load_exit_profiles(str(out)).profiles) == 2  # what the plugin and the evaluation read
+    confirm = json.loads((out.parent / "calibrated-dev-confirm" / "_summary.json").read_text())
+    used = confirm.get("specexit_exit_by_temperature") or {t: confirm["specexit_exit"] for t in ("0", "0.6")}
+    assert used == {"0": res["by_profile"]["T0"]["exit"], "0.6": res["by_profile"]["T0.6"]["exit"]}

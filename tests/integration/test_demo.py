@@ -58,6 +58,11 @@ def test_every_stage_ran_and_is_accounted_for(demo):
     assert st["serve"]["requests"] == 4 and st["serve"]["reasoning_separated"]
     assert st["evaluate"]["complete"] and st["evaluate"]["n"] == 4
     assert isinstance(st["calibrate"]["at_grid_edge"], list)
+    # the certified exit's record (issue #39): per sampling profile its setting and certified bound
+    cal = res["calibration"]
+    assert (cal["epsilon"], cal["delta"], cal["loss"], cal["n_dev"]) == (0.01, 0.1, "disagreement", 8)
+    assert set(cal["by_profile"]) == {"T0"} and cal["by_profile"]["T0"]["setting"] == st["calibrate"]["exit"]
+    assert cal["by_profile"]["T0"]["bound"] is None  # 4 test prompts certify nothing at 1 point
 
 
 def test_the_calibrated_draft_is_what_was_served_and_evaluated(demo):
@@ -98,6 +103,7 @@ def _check_calibration(wd, draft: dict, monkeypatch) -> None:
     offline replay over the grid, the engine's confirmation, and a config every plugin reader takes
     (SPECEXIT_EXIT_CONFIG as a path, the draft's exit_defaults, per-request settings)."""
     from specexit_core.exit import ExitConfig
+    from specexit_core.exit.profiles import SamplingProfile
     from specexit_core.vllm_plugin.controls import request_exit_config, server_defaults
 
     out = json.loads((wd / "calibrated.json").read_text())
@@ -128,10 +134,15 @@ def _check_calibration(wd, draft: dict, monkeypatch) -> None:
     ev = json.loads((wd / "eval" / "_summary.json").read_text())
     assert ev["peer_settings"]["deer"] == peers["deer"] and ev["peer_settings"]["dynasor"] == peers["dynasor"]
     assert ev["methods"]["budget"]["setting"] == peers["budget"] and ev["methods"]["budget"]["chosen_on"] == "dev"
+    # per sampling profile (here greedy only): the same rule on the same traces chooses the same exit
+    assert set(out["by_profile"]) == {"T0"} and out["by_profile"]["T0"]["exit"] == out["exit"]
+    assert c["by_profile"]["T0"]["replay"] == {k: c["chosen_replay"][k] for k in ("accuracy", "think_tokens")}
+    assert draft["specexit"]["exit_profiles"] == out["by_profile"]
     monkeypatch.delenv("SPECEXIT_EXIT_CONFIG", raising=False)
-    assert server_defaults(draft["specexit"]["exit_defaults"]) == chosen  # the served draft's defaults
+    served = server_defaults(draft["specexit"]["exit_defaults"], draft["specexit"]["exit_profiles"])
+    assert served.joint == chosen and served.select(SamplingProfile(0.0)) == ("T0", chosen)  # the draft's defaults
     monkeypatch.setenv("SPECEXIT_EXIT_CONFIG", str(wd / "calibrated.json"))
-    assert server_defaults() == chosen
+    assert server_defaults().joint == chosen and server_defaults().select(SamplingProfile(0.0))[1] == chosen
     assert request_exit_config({"specexit": out["exit"]}, ExitConfig()) == chosen
 
 

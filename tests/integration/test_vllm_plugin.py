@@ -1,6 +1,7 @@
 """SpecExit inside real vLLM engines (CPU build): the toy teacher + its shipped SpecExit draft."""
 
 import asyncio
+import json
 import subprocess
 import sys
 
@@ -8,6 +9,7 @@ import pytest
 
 from specexit_app.bench.vllm_bench import engine_kwargs
 from specexit_core.draft.checkpoint import convert
+from specexit_core.draft.config import read_specexit_fields
 from specexit_core.engine.reference import ReferenceEngine
 from specexit_core.engine.types import GenerationRequest
 from specexit_core.exit import NEVER_FIRES, ExitConfig
@@ -290,7 +292,12 @@ def test_bad_settings_and_broken_telemetry_never_kill_the_engine(prompts, tmp_pa
 
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("")
-    monkeypatch.setenv("SPECEXIT_EXIT_CONFIG", '{"min_think_tokens": 50}')
+    # the server's setting has a sampling profile (specexit_core/exit/profiles.py): requests at T = 0.6
+    # start from its exit (no minimum), every other request from the joint one (min_think_tokens 50)
+    hot_profile = {"sampling": {"temperature": 0.6}, "exit": {"min_think_tokens": 0}}
+    monkeypatch.setenv(
+        "SPECEXIT_EXIT_CONFIG", json.dumps({"exit": {"min_think_tokens": 50}, "by_profile": {"T0.6": hot_profile}})
+    )
     monkeypatch.setenv("SPECEXIT_TELEMETRY_DIR", str(blocker / "events"))  # every write fails
     apply_cpu_defaults()
     engine = LLM(**spec_kwargs(DRAFT_DIR))
@@ -298,6 +305,14 @@ def test_bad_settings_and_broken_telemetry_never_kill_the_engine(prompts, tmp_pa
         bad = SamplingParams(max_tokens=5, extra_args={"specexit_max_think_tokens": 10})
         with pytest.raises(VLLMValidationError, match=r"max_think_tokens \(10\) must be >= min_think_tokens \(50\)"):
             engine.generate([{"prompt_token_ids": prompts[0]}], bad, use_tqdm=False)
+        # at T = 0.6 the profile's exit applies, in the front end's check and in the worker: the same
+        # budget is accepted and holds
+        hot = SamplingParams(
+            max_tokens=MAX_TOKENS, temperature=0.6, seed=3, extra_args={"specexit_max_think_tokens": 10}
+        )
+        (out,) = engine.generate([{"prompt_token_ids": prompts[0]}], hot, use_tqdm=False)
+        think_end = read_specexit_fields(json.loads((DRAFT_DIR / "config.json").read_text())).token_ids["think_end"]
+        assert think_end in out.outputs[0].token_ids and out.outputs[0].token_ids.index(think_end) <= 10
         # The worker-side safety net: make the front end see other defaults than the worker
         # (which read min_think_tokens 50 at start-up), as before the fix.
         monkeypatch.setenv("SPECEXIT_EXIT_CONFIG", "{}")

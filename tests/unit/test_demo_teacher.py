@@ -124,7 +124,14 @@ def test_calibration_and_evaluation_get_the_demo_sizes(teacher, quick, monkeypat
     def calibrate(c):
         seen["calibrate"] = c
         cert = {"epsilon": 0.01, "delta": 0.1, "loss": "disagreement", "n_dev": 4, "chosen": None, "bound": None}
-        calibration = {"eagle3": {}, "oracle": {}, "chosen_replay": {}, "selection": "tolerance", "certificate": cert}
+        calibration = {
+            "eagle3": {},
+            "oracle": {},
+            "chosen_replay": {},
+            "selection": "tolerance",
+            "certificate": cert,
+            "by_profile": {},
+        }
         return {"exit": {}, "calibration": calibration}
 
     def evaluate(c):

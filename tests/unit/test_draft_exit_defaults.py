@@ -57,7 +57,7 @@ def test_one_reader_for_config_json_and_vllms_config_object():
         assert f.signals == ("confidence", "progress", "remaining")
         assert f.token_ids == TOKEN_IDS and f.exit_defaults == DEFAULTS
     stock = small_cfg(signals=()).to_hf_json()
-    assert read_specexit_fields(stock) == ((), None, None) == read_specexit_fields(SimpleNamespace())
+    assert read_specexit_fields(stock) == ((), None, None, None) == read_specexit_fields(SimpleNamespace())
 
 
 def test_convert_keeps_exit_defaults(tmp_path):

@@ -58,7 +58,8 @@ def _worker(tmp_path, methods):
     w.cfg, w.methods, w.tok = cfg, cfg.run_methods(), tok
     w.spec, w.plain = FakeGen(tok, True), FakeGen(tok, False)
     w.ids = Ids(t.think_start, t.think_end, t.split, t.eos, enc("</think>\n\n"), [], [], [], [])
-    w.max_len, w.exit, w.sig = 512, {"method": "confidence", "confidence_threshold": 0.5}, None
+    w.max_len, w.sig = 512, None
+    w.exit = {t: {"method": "confidence", "confidence_threshold": 0.5} for t in cfg.temperatures}
     return w
 
 

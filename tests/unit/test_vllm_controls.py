@@ -55,12 +55,12 @@ def test_no_args_no_overrides():
 
 def test_server_defaults_from_draft_defaults_and_env(monkeypatch, tmp_path):
     monkeypatch.delenv("SPECEXIT_EXIT_CONFIG", raising=False)
-    assert server_defaults({"confidence_threshold": 0.7}).confidence_threshold == 0.7
-    assert server_defaults(None) == ExitConfig()
+    assert server_defaults({"confidence_threshold": 0.7}).joint.confidence_threshold == 0.7
+    assert server_defaults(None).joint == ExitConfig() and server_defaults(None).by_profile == ()
     f = tmp_path / "exit.json"
     f.write_text('{"exit": {"remaining_threshold": 50}}')
     monkeypatch.setenv("SPECEXIT_EXIT_CONFIG", str(f))
-    cfg = server_defaults({"confidence_threshold": 0.7})
+    cfg = server_defaults({"confidence_threshold": 0.7}).joint
     assert cfg.confidence_threshold == 0.7 and cfg.remaining_threshold == 50
     monkeypatch.setenv("SPECEXIT_EXIT_CONFIG", '{"bogus": 1}')
     with pytest.raises(ValueError, match="SPECEXIT_EXIT_CONFIG: unknown exit config key.*bogus"):
@@ -96,7 +96,7 @@ def test_requests_are_validated_against_the_resolved_server_defaults(monkeypatch
     hf = SimpleNamespace(architectures=[SPECEXIT_ARCH], specexit={"exit_defaults": {"confidence_threshold": 0.7}})
     cfg = SimpleNamespace(speculative_config=SimpleNamespace(draft_model_config=SimpleNamespace(hf_config=hf)))
     d = engine_defaults(cfg)
-    assert d.min_think_tokens == 50 and d.confidence_threshold == 0.7
+    assert d.joint.min_think_tokens == 50 and d.joint.confidence_threshold == 0.7
     with pytest.raises(ValueError, match=r"max_think_tokens \(10\) must be >= min_think_tokens \(50\)"):
         request_exit_config({"specexit_max_think_tokens": 10}, d)
     assert request_exit_config({"specexit_max_think_tokens": 60}, d).max_think_tokens == 60

@@ -1,0 +1,191 @@
+"""Exit settings per sampling profile: which exit a request gets, given how it is sampled.
+
+An exit that keeps accuracy greedy may lose it at T = 0.6 (sampled thinking wanders more), so
+`specexit calibrate` chooses one exit per *sampling profile* it calibrates at (temperature, top-p,
+top-k) and, as `exit`, one that holds at every one of them. A calibrated file then reads
+
+    {"exit": {...},                                   # holds at every profile below
+     "by_profile": {"T0":   {"sampling": {"temperature": 0.0, "top_p": 1.0, "top_k": 0}, "exit": {...}},
+                    "T0.6": {"sampling": {"temperature": 0.6, "top_p": 1.0, "top_k": 0}, "exit": {...}}},
+     "calibration": {...}}
+
+A request sampled as one of the profiles gets that profile's exit; any other request gets `exit`, the
+more conservative choice (it was chosen to hold at every profile, so it never exits earlier than the
+data allowed at any of them). Greedy requests are one profile whatever their top-p / top-k say.
+Pure Python: the vLLM plugin, the evaluation and the calibration all read profiles from here.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+GREEDY_BELOW = 1e-5  # vLLM samples greedily below this temperature (`_SAMPLING_EPS`)
+_TOL = 1e-6
+
+
+@dataclass(frozen=True)
+class SamplingProfile:
+    """How requests are sampled: temperature, nucleus (top-p, 1 = off) and top-k (0 = off)."""
+
+    temperature: float
+    top_p: float = 1.0
+    top_k: int = 0
+
+    @classmethod
+    def of(cls, temperature: float | None, top_p: float | None = None, top_k: int | None = None) -> SamplingProfile:
+        """Normalised: greedy is one profile (top-p / top-k do nothing there); vLLM's "off" values
+        (top_k -1 or 0, top_p None or 1) are one value each."""
+        t = float(temperature or 0.0)
+        p = 1.0 if top_p is None else float(top_p)
+        if not (0.0 < p <= 1.0) or math.isnan(t) or t < 0:
+            raise ValueError(f"not a sampling profile: temperature {temperature!r}, top_p {top_p!r}")
+        if t < GREEDY_BELOW:
+            return cls(0.0)
+        return cls(t, p, 0 if top_k is None or int(top_k) <= 0 else int(top_k))
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> SamplingProfile:
+        unknown = set(d) - {"temperature", "top_p", "top_k"}
+        if unknown or "temperature" not in d:
+            raise ValueError(f"a profile's sampling needs temperature (and top_p, top_k), got {dict(d)}")
+        return cls.of(d["temperature"], d.get("top_p"), d.get("top_k"))
+
+    @property
+    def name(self) -> str:
+        """ "T0", "T0.6", "T0.6-p0.95-k20": the key in `by_profile`."""
+        out = f"T{self.temperature:g}"
+        if self.top_p < 1.0:
+            out += f"-p{self.top_p:g}"
+        if self.top_k:
+            out += f"-k{self.top_k}"
+        return out
+
+    def matches(self, other: SamplingProfile) -> bool:
+        return (
+            abs(self.temperature - other.temperature) < _TOL
+            and abs(self.top_p - other.top_p) < _TOL
+            and self.top_k == other.top_k
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ExitProfiles:
+    """The exit overrides of a calibrated file: `joint` (its `exit`) and one per profile."""
+
+    joint: dict[str, Any] | None
+    profiles: tuple[tuple[SamplingProfile, dict[str, Any]], ...] = ()
+
+    def select(self, sampling: SamplingProfile | None) -> tuple[str | None, dict[str, Any] | None]:
+        """(profile name, overrides) for a request sampled so: its profile's exit when one matches,
+        else (None, the joint exit). `sampling` None (unknown): the joint exit."""
+        if sampling is not None:
+            for prof, overrides in self.profiles:
+                if prof.matches(sampling):
+                    return prof.name, overrides
+        return None, self.joint
+
+    def to_dict(self) -> dict[str, Any]:
+        return {p.name: {"sampling": p.to_dict(), "exit": dict(e)} for p, e in self.profiles}
+
+
+def parse_profiles(data: Any, where: str = "exit setting") -> ExitProfiles:
+    """The profiles of a parsed calibrated file (`by_profile`), or none for a file without them or
+    a bare mapping of ExitConfig fields (then the whole mapping is the joint exit). ValueError names
+    a malformed entry; every profile's exit must itself be a valid setting."""
+    from specexit_core.exit.settings import ExitConfig, exit_overrides
+
+    joint = exit_overrides(data, where)
+    by = data.get("by_profile") if isinstance(data, Mapping) and "exit" in data else None
+    if by is None:
+        return ExitProfiles(joint)
+    if not isinstance(by, Mapping):
+        raise ValueError(f"{where}: by_profile must be an object of profiles, got {type(by).__name__}")
+    out = []
+    for name, entry in by.items():
+        if not isinstance(entry, Mapping) or not isinstance(entry.get("sampling"), Mapping):
+            raise ValueError(f"{where}: by_profile.{name} needs a 'sampling' object and an 'exit' object")
+        try:
+            prof = SamplingProfile.from_dict(entry["sampling"])
+            ExitConfig().with_overrides(entry.get("exit"))
+        except ValueError as e:
+            raise ValueError(f"{where}: by_profile.{name}: {e}") from None
+        if prof.name != name:
+            raise ValueError(f"{where}: by_profile.{name} samples as {prof.name}: the key must be its profile's name")
+        out.append((prof, dict(entry["exit"])))
+    return ExitProfiles(joint, tuple(out))
+
+
+def load_exit_profiles(source: str | Path) -> ExitProfiles:
+    """`parse_profiles` of inline JSON text (starts with "{") or a JSON file."""
+    text = source if isinstance(source, str) and source.lstrip().startswith("{") else Path(source).read_text()
+    where = "inline exit setting" if text is source else str(source)
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{where}: not valid JSON ({e})") from None
+    return parse_profiles(data, where)
+
+
+@dataclass(frozen=True)
+class ExitDefaults:
+    """The settings a server merges a request's own overrides with: one per profile any layer names,
+    and the joint one for every other request (`resolve_exit_defaults`)."""
+
+    joint: Any  # ExitConfig
+    by_profile: tuple[tuple[SamplingProfile, Any], ...] = ()
+
+    def select(self, sampling: SamplingProfile | None) -> tuple[str | None, Any]:
+        """(profile name or None, ExitConfig) for a request sampled so (None: unknown -> joint)."""
+        if sampling is not None:
+            for prof, cfg in self.by_profile:
+                if prof.matches(sampling):
+                    return prof.name, cfg
+        return None, self.joint
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"exit": self.joint.to_dict(), "by_profile": {p.name: c.to_dict() for p, c in self.by_profile}}
+
+
+def resolve_exit_defaults(
+    draft_defaults: Mapping[str, Any] | None = None,
+    draft_profiles: Mapping[str, Any] | None = None,
+    server_env: str | None = None,
+) -> ExitDefaults:
+    """Each profile's setting, later layers winning, as `resolve_exit_config` does for one: ExitConfig()
+    <- the draft's (`exit_profiles` entry for the profile, else `exit_defaults`) <- $SPECEXIT_EXIT_CONFIG's
+    (its `by_profile` entry, else its `exit`). A profile named by either layer gets its own setting; a
+    layer without that profile contributes its joint exit there. ValueError names the bad layer."""
+    from specexit_core.exit.settings import EXIT_CONFIG_ENV, ExitConfig
+
+    layers: list[tuple[str, ExitProfiles]] = []
+    if draft_defaults or draft_profiles:
+        data = {"exit": dict(draft_defaults or {}), "by_profile": dict(draft_profiles or {})}
+        layers.append(("draft exit_defaults", parse_profiles(data, "draft exit_profiles")))
+    if server_env:
+        try:
+            layers.append((EXIT_CONFIG_ENV, load_exit_profiles(server_env)))
+        except ValueError as e:
+            raise ValueError(f"{EXIT_CONFIG_ENV}: {e}") from None
+    names: dict[str, SamplingProfile] = {}
+    for _, layer in layers:
+        for prof, _ in layer.profiles:
+            names.setdefault(prof.name, prof)
+
+    def resolved(prof: SamplingProfile | None) -> Any:
+        cfg = ExitConfig()
+        for label, layer in layers:
+            try:
+                cfg = cfg.with_overrides(layer.select(prof)[1] or {})
+            except ValueError as e:
+                raise ValueError(f"{label}: {e}" if prof is None else f"{label} ({prof.name}): {e}") from None
+        return cfg
+
+    return ExitDefaults(resolved(None), tuple((p, resolved(p)) for p in names.values()))
