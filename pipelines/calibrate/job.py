@@ -217,6 +217,8 @@ def choose_exit(points_by_t: dict[float, list[dict]], ref_by_t: dict[float, floa
 
 
 def draft_token_ids(draft_dir: str) -> dict:
+    """The draft's `specexit.token_ids` (think start / end, paragraph breaks): what the replay needs.
+    ValueError for a draft without them (not a SpecExit draft)."""
     from specexit_core.draft.checkpoint import read_config
 
     ids = read_config(draft_dir).token_ids
@@ -322,7 +324,7 @@ def run_calibration(cfg: CalibrateConfig) -> dict:
     for e in edges:
         log.warning("calibrate: the chosen %s: widen the grid to be sure nothing better lies beyond", e)
     ok_at = {t: chosen_by_t[t]["accuracy"] >= e_by_t[t] - cfg.tolerance - 1e-12 for t in points_by_t}
-    by_profile = choose_per_profile(cfg, settings, traces_by_t, results_by_t, points_by_t, e_by_t)
+    by_profile = choose_per_profile(cfg, ev, settings, traces_by_t, results_by_t, points_by_t, e_by_t)
     calib = {
         "how": "offline replay of ExitTracker over per-token draft signals computed once per EAGLE-3 dev trace "
         "(greedy, and sampled at each further calibration temperature with the evaluation's per-problem seeds); "
@@ -428,6 +430,7 @@ def _write(path: str, out: dict) -> None:
 
 def choose_per_profile(
     cfg: CalibrateConfig,
+    ev,
     settings: list[ExitConfig],
     traces_by_t: dict[float, list[dict]],
     results_by_t: dict[float, list[list[tuple]]],
@@ -435,10 +438,8 @@ def choose_per_profile(
     e_by_t: dict[float, float],
 ) -> dict[str, dict]:
     """{profile name: {sampling, exit, replay, certificate}}: each calibration temperature's own
-    choice by the config's rule (`selection`), from its traces alone. Nothing certified there: the
-    exit is off at that profile."""
-    from specexit_core.exit.profiles import SamplingProfile
-
+    choice by the config's rule (`selection`), from its traces alone; the profile is how the dev run
+    `ev` sampled there (its temperature with its top-p / top-k). Nothing certified: the exit is off there."""
     out = {}
     for t, trs in traces_by_t.items():
         i_point = choose_exit({t: points_by_t[t]}, {t: e_by_t[t]}, cfg.tolerance)
@@ -457,7 +458,7 @@ def choose_per_profile(
             replay_pt = {"accuracy": e_by_t[t], "think_tokens": statistics.mean(tr["think_tokens"] for tr in trs)}
         else:
             chosen, replay_pt = settings[i].to_dict(), {k: points_by_t[t][i][k] for k in ("accuracy", "think_tokens")}
-        prof = SamplingProfile.of(t)
+        prof = ev.sampling_profile(t)
         out[prof.name] = {
             "sampling": prof.to_dict(),
             "exit": chosen,

@@ -83,6 +83,11 @@ class EvalConfig(StrictModel):
     num_speculative_tokens: int = Field(3, ge=1)
     methods: list[str] = Field(default_factory=lambda: list(METHODS))
     temperatures: list[float] = Field(default_factory=lambda: [0.0, 0.6])  # first one = the headline table
+    # The sampling profile at every sampled temperature (greedy ignores them): nucleus top-p (1: off) and
+    # top-k (0: off), e.g. Qwen3's recommended 0.95 / 20. With the temperature they name the profile a
+    # calibrated exit is chosen for (`T0.6-p0.95-k20`: specexit_core/exit/profiles.py).
+    top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int = Field(0, ge=0)
     seed: int = 0  # per-problem sampling seed = seed + crc32(id), the same for every method
     max_tokens: int = Field(400, ge=1)
     chat_template_kwargs: dict[str, Any] = Field(default_factory=dict)
@@ -136,6 +141,9 @@ class EvalConfig(StrictModel):
         d = handler(self)
         if self.grade_against == "gold":
             d.pop("grade_against", None)
+        if self.top_p == 1.0 and self.top_k == 0:  # likewise the sampling profile, off by default
+            d.pop("top_p", None)
+            d.pop("top_k", None)
         return d
 
     @field_validator("methods")
@@ -192,14 +200,20 @@ class EvalConfig(StrictModel):
             ms.insert(0, "eagle3")
         return [m for m in METHODS if m in ms]
 
+    def sampling_profile(self, temperature: float):
+        """How this run samples at `temperature` (greedy is one profile whatever top-p / top-k say)."""
+        from specexit_core.exit.profiles import SamplingProfile
+
+        return SamplingProfile.of(temperature, self.top_p, self.top_k)
+
     def exit_overrides(self, temperature: float | None = None) -> dict[str, Any] | None:
         """The `specexit` request controls at `temperature`: the calibrated file's exit for that
         sampling profile (its `by_profile`; else its joint `exit`) wins over `specexit_exit`; None =
         the server's defaults (which pick by profile themselves)."""
         if self.calibrated:
-            from specexit_core.exit.profiles import SamplingProfile, load_exit_profiles
+            from specexit_core.exit.profiles import load_exit_profiles
 
-            profile = None if temperature is None else SamplingProfile.of(temperature)
+            profile = None if temperature is None else self.sampling_profile(temperature)
             return load_exit_profiles(Path(self.calibrated)).select(profile)[1]
         return dict(self.specexit_exit) if self.specexit_exit is not None else None
 

@@ -477,13 +477,13 @@ def _exit_used(cfg: EvalConfig, temperature: float | None = None) -> dict | None
 
     from specexit_core.draft.checkpoint import read_config
     from specexit_core.exit import EXIT_CONFIG_ENV
-    from specexit_core.exit.profiles import SamplingProfile, resolve_exit_defaults
+    from specexit_core.exit.profiles import resolve_exit_defaults
 
     t = cfg.temperatures[0] if temperature is None else temperature
     try:
         draft = read_config(cfg.draft)
         defaults = resolve_exit_defaults(draft.exit_defaults, draft.exit_profiles, os.environ.get(EXIT_CONFIG_ENV))
-        return defaults.select(SamplingProfile.of(t))[1].with_overrides(cfg.exit_overrides(t)).to_dict()
+        return defaults.select(cfg.sampling_profile(t))[1].with_overrides(cfg.exit_overrides(t)).to_dict()
     except (OSError, ValueError):
         return None
 

@@ -57,10 +57,11 @@ class Result:
 class Gen:
     """One engine, one request at a time; counts requests and vLLM's spec-decode counters."""
 
-    def __init__(self, llm, speculative: bool):
+    def __init__(self, llm, speculative: bool, top_p: float = 1.0, top_k: int = 0):
         from vllm import SamplingParams
 
         self.llm, self.speculative, self._SP = llm, speculative, SamplingParams
+        self.top_p, self.top_k = top_p, top_k  # the run's sampling profile, for every sampled request
         self.requests = 0
 
     def spec_counters(self) -> tuple[int, int] | None:
@@ -85,6 +86,10 @@ class Gen:
         kw: dict = dict(max_tokens=max(1, max_tokens), temperature=temperature)
         if temperature > 0 and seed is not None:
             kw["seed"] = seed
+        if temperature > 0 and self.top_p < 1.0:
+            kw["top_p"] = self.top_p
+        if temperature > 0 and self.top_k > 0:
+            kw["top_k"] = self.top_k
         if stop_ids:
             kw["stop_token_ids"] = list(stop_ids)
         if logprobs:

@@ -125,7 +125,7 @@ class EvalWorker:
         # plain first: each LLM re-registers vLLM's Prometheus metrics, and get_metrics() (the
         # spec-decode counters diffed per method) must read the speculative engine's
         if "plain" in self.methods:
-            self.plain = Gen(LLM(**kw), False)
+            self.plain = Gen(LLM(**kw), False, cfg.top_p, cfg.top_k)
         if any(m != "plain" for m in self.methods):
             self.spec = Gen(
                 LLM(
@@ -137,6 +137,8 @@ class EvalWorker:
                     },
                 ),
                 True,
+                cfg.top_p,
+                cfg.top_k,
             )
         self.tok = tok = (self.spec or self.plain).llm.get_tokenizer()
         t = token_ids(

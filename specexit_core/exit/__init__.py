@@ -3,6 +3,7 @@ the per-token policy the engines run, its offline replay, and the paragraph-brea
 
   signal_names  SIGNALS (the three names, in fc-row order) and method strings
   settings      ExitConfig (the paper's defaults), NEVER_FIRES, calibrated files, resolve_exit_config
+  profiles      exit settings per sampling profile: which one a request gets from how it samples
   smoothing     the EWMA step
   thresholds    passes(): the threshold check at a paragraph break
   policy        ExitTracker / ExitDecision / decide: the decision the engines take

@@ -12,7 +12,8 @@ null hypothesis H_λ: R(λ) > ε (R: the expected loss on new prompts) is reject
 2. On the second part, test the settings in that order, each at level δ, and stop at the first that
    is not rejected (fixed-sequence testing: the order is fixed before the second part is looked at,
    so no correction for multiplicity is needed). Every setting before the stop is certified, all
-   together, with probability >= 1 - δ; the chosen one is the last of them, the most aggressive.
+   together, with probability >= 1 - δ; the chosen one is the cheapest of them (along the front: the
+   last, the most aggressive). `order="loss"` tests every setting by estimated loss instead (`loss_order`).
 
 The unit is the prompt: with k samples per prompt, its loss is the mean over its samples (samples of
 one prompt are not independent). Losses lie in [0, 1]; 0/1 losses get the exact binomial p-value,
@@ -142,6 +143,17 @@ def pareto_order(loss: Sequence[float], cost: Sequence[float]) -> list[int]:
     return list(reversed(front))
 
 
+def loss_order(loss: Sequence[float], cost: Sequence[float]) -> list[int]:
+    """Every setting, by estimated loss (lowest first), ties by cost (dearest first). Unlike the Pareto
+    front, settings tied in estimated loss stay, the most conservative first: on a small ordering part
+    many settings tie at no loss, the front keeps only the cheapest of them (the luckiest, an
+    aggressive one), which then fails the test and leaves nothing certified."""
+    return sorted(range(len(cost)), key=lambda i: (loss[i], -cost[i], i))
+
+
+ORDERS = {"pareto": pareto_order, "loss": loss_order}
+
+
 def fixed_sequence(p_values: Sequence[float], delta: float) -> int:
     """How many settings, tested in this order, are rejected before the first that is not."""
     for i, p in enumerate(p_values):
@@ -182,10 +194,15 @@ def certify(
     delta: float,
     order_share: float = 0.5,
     seed: int = 0,
+    order: str = "pareto",
 ) -> Certificate:
     """Learn then Test over settings 0..S-1. `losses[profile][s][prompt]`: setting s's loss on each
     prompt at one sampling profile (a prompt's mean over its samples, in [0, 1]); `cost[s]`: what
-    to minimise (mean think tokens). A prompt counts where every profile has it."""
+    to minimise (mean think tokens). A prompt counts where every profile has it. `order`: the tested
+    sequence, `pareto` (the front) or `loss` (every setting, `loss_order`); the chosen setting is the
+    cheapest certified one (all of them hold together)."""
+    if order not in ORDERS:
+        raise ValueError(f"unknown order {order!r}; one of {sorted(ORDERS)}")
     profiles = list(losses)
     if not profiles or not cost:
         raise ValueError("need at least one profile and one setting")
@@ -196,19 +213,19 @@ def certify(
         return sum(losses[p][s][i] for i in ids) / len(ids) if ids else 0.0
 
     est = [max(mean(p, s, part1) for p in profiles) for s in range(len(cost))]
-    order = pareto_order(est, cost)
+    seq = ORDERS[order](est, cost)
     pv: list[float] = []
-    for s in order:
+    for s in seq:
         pv.append(max(p_value([losses[p][s][i] for i in part2], epsilon) for p in profiles))
         if pv[-1] > delta:
             break
     n_ok = fixed_sequence(pv, delta)
-    certified = order[:n_ok]
-    chosen = certified[-1] if certified else None
+    certified = seq[:n_ok]
+    chosen = min(certified, key=lambda s: (cost[s], -certified.index(s))) if certified else None
     bound = (
         max(upper_bound([losses[p][chosen][i] for i in part2], delta) for p in profiles) if chosen is not None else None
     )
-    return Certificate(chosen, certified, order, pv, bound, len(part1), len(part2), epsilon, delta)
+    return Certificate(chosen, certified, seq, pv, bound, len(part1), len(part2), epsilon, delta)
 
 
 # -- losses ---------------------------------------------------------------------------------------

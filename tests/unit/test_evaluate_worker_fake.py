@@ -252,3 +252,37 @@ def test_graded_against_the_natural_end_no_gold_needed(tmp_path):
     w2(pa.Table.from_pylist([{"id": "p0", "prompt": "Compute from left to right : 3 + 4", "gold": None}]))
     (row,) = [r for f in (tmp_path / "gold" / "out").glob("part-*.parquet") for r in pq.read_table(f).to_pylist()]
     assert row["status"] == "error" and "no usable gold answer" in row["error"]
+
+
+def test_the_runs_sampling_profile_reaches_every_sampled_request_and_picks_the_exit(tmp_path):
+    """`top_p` / `top_k` (e.g. Qwen3's 0.95 / 20) go with every sampled request, never a greedy one;
+    a calibrated file's exit for that profile is the one the run sends; the run identity of a run
+    without them is what it was before they existed."""
+    from pipelines.evaluate.methods import Gen
+
+    g = object.__new__(Gen)
+    g._SP, g.speculative, g.top_p, g.top_k = dict, False, 0.95, 20
+    assert g.params(max_tokens=8, temperature=0.6, seed=1) == dict(
+        max_tokens=8, temperature=0.6, seed=1, top_p=0.95, top_k=20
+    )
+    assert g.params(max_tokens=8, temperature=0.0, seed=1) == dict(max_tokens=8, temperature=0.0)
+    cal = tmp_path / "calibrated.json"
+    cal.write_text(
+        json.dumps(
+            {
+                "exit": {"confidence_threshold": 0.9},
+                "by_profile": {
+                    "T0.6-p0.95-k20": {
+                        "sampling": {"temperature": 0.6, "top_p": 0.95, "top_k": 20},
+                        "exit": {"alpha": 0.5},
+                    }
+                },
+            }
+        )
+    )
+    base = dict(output="unused", engine={"model": str(TEACHER_DIR)}, draft="unused", calibrated=str(cal))
+    cfg = EvalConfig(**base, top_p=0.95, top_k=20)
+    assert cfg.exit_overrides(0.6) == {"alpha": 0.5} and cfg.exit_overrides(0.0) == {"confidence_threshold": 0.9}
+    plain = EvalConfig(**base)
+    assert plain.exit_overrides(0.6) == {"confidence_threshold": 0.9}  # T0.6 without top-p / top-k: no match
+    assert "top_p" not in plain.model_dump() and cfg.model_dump()["top_k"] == 20

@@ -172,7 +172,36 @@ def _backing(header: list[str]):
         return _teacher_runs(), teacher_row
     if h.startswith("toy, KV pool"):
         return _load("kv_toy_cpu.json")["pressure"], kv_row
+    if h.startswith("rule, on each set of"):
+        return _coverage_rules(), lambda name, cells: cells
     return None
+
+
+def _coverage_rules() -> dict[str, list[str]]:
+    """README's certificate-coverage table, from docs/results/certificate_coverage/toy_eps001.json."""
+    d = _load("certificate_coverage/toy_eps001.json")
+    lo, pe = d["loss_order"], d["point_estimate"]
+    pct = lambda x, nd=1: f"{100 * x:.{nd}f}%"  # noqa: E731
+    return {
+        "certified": [
+            pct(1 - d["coverage"]),
+            pct(d["mean_pool_loss_certified"], 2),
+            pct(d["certified_share"], 0),
+            f"{d['mean_think_tokens_certified']:.1f}",
+        ],
+        "loss order": [
+            pct(1 - lo["coverage"]),
+            pct(lo["mean_pool_loss"], 2),
+            pct(lo["certified_share"], 0),
+            f"{lo['mean_think_tokens']:.1f}",
+        ],
+        "point estimate": [
+            pct(pe["exceed_share"]),
+            pct(pe["mean_pool_loss"], 2),
+            "-",
+            f"{pe['mean_think_tokens']:.1f}",
+        ],
+    }
 
 
 MEASURED = re.compile(r"accuracy|latency|think tokens|acceptance", re.I)

@@ -104,7 +104,8 @@ def _simulated_dev(rng, true_risk, n):
     return {"0": [{f"p{j}": float(u[j] < r) for j in range(n)} for r in true_risk]}
 
 
-def test_the_chosen_setting_holds_its_bound_on_new_prompts_in_all_but_a_delta_share():
+@pytest.mark.parametrize("order", ["pareto", "loss"])
+def test_the_chosen_setting_holds_its_bound_on_new_prompts_in_all_but_a_delta_share(order):
     """The guarantee: P(R(chosen) > ε) <= δ over dev sets. Settings from no loss to 8% loss; the
     cheaper the setting the riskier. The naive rule (fewest think tokens with dev loss <= ε) fails it."""
     rng = random.Random(1)
@@ -114,7 +115,7 @@ def test_the_chosen_setting_holds_its_bound_on_new_prompts_in_all_but_a_delta_sh
     over = naive_over = 0
     for s in range(sims):
         dev = _simulated_dev(rng, true_risk, n)
-        cert = certify(dev, cost, epsilon=eps, delta=delta, seed=s)
+        cert = certify(dev, cost, epsilon=eps, delta=delta, seed=s, order=order)
         over += cert.chosen is not None and true_risk[cert.chosen] > eps
         naive = max(i for i in range(len(true_risk)) if sum(dev["0"][i].values()) / n <= eps)
         naive_over += true_risk[naive] > eps
@@ -142,3 +143,26 @@ def test_losses():
     assert accuracy_drop_loss(False, True) == accuracy_drop_loss(True, True) == accuracy_drop_loss(False, False) == 0.0
     assert disagreement_loss("7", "7") == 0.0 and disagreement_loss("7", "8") == 1.0
     assert disagreement_loss(None, "7") == 1.0 and disagreement_loss(None, None) == 0.0
+
+
+def test_loss_order_keeps_ties_conservative_first_and_certifies_where_the_front_gives_up():
+    """On a small ordering part many settings tie at no loss: the front keeps the cheapest (here a
+    risky one that fails the test, so nothing is certified); the loss order tests the safe, dearer
+    ones first and chooses the cheapest that holds."""
+    from specexit_core.exit.risk_control import loss_order
+
+    assert loss_order([0.0, 0.0, 0.1, 0.0], [50, 90, 10, 20]) == [1, 0, 3, 2]
+    n = 200
+    safe = {f"p{j}": 0.0 for j in range(n)}
+    # lucky on the ordering part, 10% loss on the testing one (split seed 0, order_share 0.5)
+    from specexit_core.exit.risk_control import split_prompts
+
+    _, test_part = split_prompts(list(safe), 0.5, 0)
+    lucky = {p: float(p in set(test_part[::10])) for p in safe}
+    losses, cost = {"0": [safe, safe, lucky]}, [100, 60, 10]
+    front = certify(losses, cost, epsilon=0.05, delta=0.1)
+    assert front.order[0] == 2 and front.chosen is None  # the cheapest zero-estimate setting fails
+    by_loss = certify(losses, cost, epsilon=0.05, delta=0.1, order="loss")
+    assert by_loss.order == [0, 1, 2] and by_loss.certified == [0, 1] and by_loss.chosen == 1
+    with pytest.raises(ValueError, match="unknown order"):
+        certify(losses, cost, epsilon=0.05, delta=0.1, order="random")
