@@ -17,7 +17,6 @@ Pure Python: the vLLM plugin, the evaluation and the calibration all read profil
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
@@ -76,6 +75,16 @@ class SamplingProfile:
         return asdict(self)
 
 
+def select_profile(pairs, sampling: SamplingProfile | None, joint: Any) -> tuple[str | None, Any]:
+    """The one rule for which exit a request gets: (name, value) of the profile in `pairs` that
+    `sampling` matches, else (None, `joint`), the exit that holds at every profile."""
+    if sampling is not None:
+        for prof, value in pairs:
+            if prof.matches(sampling):
+                return prof.name, value
+    return None, joint
+
+
 @dataclass(frozen=True)
 class ExitProfiles:
     """The exit overrides of a calibrated file: `joint` (its `exit`) and one per profile."""
@@ -86,11 +95,7 @@ class ExitProfiles:
     def select(self, sampling: SamplingProfile | None) -> tuple[str | None, dict[str, Any] | None]:
         """(profile name, overrides) for a request sampled so: its profile's exit when one matches,
         else (None, the joint exit). `sampling` None (unknown): the joint exit."""
-        if sampling is not None:
-            for prof, overrides in self.profiles:
-                if prof.matches(sampling):
-                    return prof.name, overrides
-        return None, self.joint
+        return select_profile(self.profiles, sampling, self.joint)
 
     def to_dict(self) -> dict[str, Any]:
         return {p.name: {"sampling": p.to_dict(), "exit": dict(e)} for p, e in self.profiles}
@@ -124,14 +129,10 @@ def parse_profiles(data: Any, where: str = "exit setting") -> ExitProfiles:
 
 
 def load_exit_profiles(source: str | Path) -> ExitProfiles:
-    """`parse_profiles` of inline JSON text (starts with "{") or a JSON file."""
-    text = source if isinstance(source, str) and source.lstrip().startswith("{") else Path(source).read_text()
-    where = "inline exit setting" if text is source else str(source)
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{where}: not valid JSON ({e})") from None
-    return parse_profiles(data, where)
+    """`parse_profiles` of inline JSON text (starts with "{") or a JSON file (`read_exit_json`)."""
+    from specexit_core.exit.settings import read_exit_json
+
+    return parse_profiles(*read_exit_json(source))
 
 
 @dataclass(frozen=True)
@@ -144,11 +145,7 @@ class ExitDefaults:
 
     def select(self, sampling: SamplingProfile | None) -> tuple[str | None, Any]:
         """(profile name or None, ExitConfig) for a request sampled so (None: unknown -> joint)."""
-        if sampling is not None:
-            for prof, cfg in self.by_profile:
-                if prof.matches(sampling):
-                    return prof.name, cfg
-        return None, self.joint
+        return select_profile(self.by_profile, sampling, self.joint)
 
     def to_dict(self) -> dict[str, Any]:
         return {"exit": self.joint.to_dict(), "by_profile": {p.name: c.to_dict() for p, c in self.by_profile}}

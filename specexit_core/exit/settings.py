@@ -176,16 +176,21 @@ def exit_overrides(data: Any, where: str = "exit setting") -> dict[str, Any]:
     return dict(data)
 
 
-def load_exit_overrides(source: str | Path) -> dict[str, Any]:
-    """ExitConfig overrides from inline JSON text (starts with "{") or from a JSON file (such as
-    the one `specexit calibrate` writes); both forms of `exit_overrides` are accepted."""
+def read_exit_json(source: str | Path) -> tuple[Any, str]:
+    """(parsed JSON, where it came from) of an exit setting given as inline JSON text (starts with
+    "{") or as a JSON file (such as the one `specexit calibrate` writes). ValueError if not JSON."""
     text = source if isinstance(source, str) and source.lstrip().startswith("{") else Path(source).read_text()
     where = "inline exit setting" if text is source else str(source)
     try:
-        data = json.loads(text)
+        return json.loads(text), where
     except json.JSONDecodeError as e:
         raise ValueError(f"{where}: not valid JSON ({e})") from None
-    return exit_overrides(data, where)
+
+
+def load_exit_overrides(source: str | Path) -> dict[str, Any]:
+    """ExitConfig overrides from inline JSON text or a JSON file (`read_exit_json`); both forms of
+    `exit_overrides` are accepted."""
+    return exit_overrides(*read_exit_json(source))
 
 
 def resolve_exit_config(

@@ -2,20 +2,15 @@
 teacher's own evaluate recipe's targets (issue #13's for the realistic teachers), whatever targets
 the run itself printed."""
 
-import importlib.util
 import json
-from pathlib import Path
 
 from PIL import Image
 
-SCRIPT = Path(__file__).resolve().parents[2] / "studies" / "bundle_demo_result.py"
+from support.paths import load_script
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("bundle_demo_result", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("studies/bundle_demo_result.py")
 
 
 def _m(acc, think, lat, speedup=None):

@@ -4,24 +4,14 @@ point-estimate rule does not, and every split is recorded."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 from types import SimpleNamespace
 
 from specexit_core.exit import ExitConfig
-
-SCRIPT = Path(__file__).resolve().parents[2] / "studies" / "certificate_coverage.py"
-
-
-def _study():
-    spec = importlib.util.spec_from_file_location("certificate_coverage", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+from support.paths import load_script
 
 
 def test_the_certified_choice_covers_where_the_point_estimate_does_not(tmp_path):
-    mod = _study()
+    mod = load_script("studies/certificate_coverage.py")
     n = 400
     traces = [{"id": f"p{i}", "think_tokens": 90, "oracle_think": 30} for i in range(n)]
     # three settings, conservative to aggressive: pool losses 0, 1% and 6% (epsilon 5%), think 80 / 40 / 10

@@ -3,17 +3,11 @@ and engine-step figures in docs/ (raw JSON in docs/results/)."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
-SCRIPTS = Path(__file__).resolve().parents[2] / "studies"
+from support.paths import load_script
 
 
 def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(f"studies/{name}.py")
 
 
 def test_eval_time_sums_per_method_and_temperature():
