@@ -263,7 +263,7 @@ def _exits_by_temperature(cfg: EvalConfig) -> dict:
     """`{"specexit_exit_by_temperature": {T: setting}}` when a sampling profile runs another exit than
     the headline temperature's, else nothing (so the identity of a run without profiles is unchanged)."""
     exits = {f"{t:g}": _exit_used(cfg, t) for t in cfg.temperatures}
-    head = _exit_used(cfg)
+    head = exits[f"{cfg.temperatures[0]:g}"]
     return {} if all(e == head for e in exits.values()) else {"specexit_exit_by_temperature": exits}
 
 

@@ -97,9 +97,6 @@ class ExitProfiles:
         else (None, the joint exit). `sampling` None (unknown): the joint exit."""
         return select_profile(self.profiles, sampling, self.joint)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {p.name: {"sampling": p.to_dict(), "exit": dict(e)} for p, e in self.profiles}
-
 
 def parse_profiles(data: Any, where: str = "exit setting") -> ExitProfiles:
     """The profiles of a parsed calibrated file (`by_profile`), or none for a file without them or
