@@ -317,8 +317,12 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             as_json=args.json,
             prompts=args.prompts,
             prompt_column=args.prompt_column,
+            samples=args.samples,
+            temperatures=csv(args.temperatures, float),
+            top_p=args.top_p,
+            top_k=args.top_k,
         )
-    except ConfigError as e:
+    except (ConfigError, ValueError) as e:  # ValueError: --temperatures that are not numbers
         print(f"specexit calibrate: {e}", file=sys.stderr)
         return 2
 
@@ -590,6 +594,21 @@ def build_parser() -> argparse.ArgumentParser:
         "gold-free disagreement loss; dev traces go to <output>-dev/",
     )
     ca.add_argument("--prompt-column", help="the prompts' column (default: prompt; with --prompts)")
+    # the sampling the deployment serves with: each temperature is a sampling profile with its own exit
+    ca.add_argument(
+        "--temperatures",
+        metavar="T,...",
+        help="temperatures to calibrate at, greedy first, e.g. 0,0.6 (default: the config's)",
+    )
+    ca.add_argument("--top-p", type=float, help="nucleus top-p of every sampled request (default: the config's)")
+    ca.add_argument("--top-k", type=int, help="top-k of every sampled request, 0 = off (default: the config's)")
+    ca.add_argument(
+        "--samples",
+        type=int,
+        metavar="K",
+        help="samples per prompt at each sampled temperature; the certificate takes each prompt's mean loss "
+        "(default: the config's)",
+    )
     ca.add_argument("--json", action="store_true", help="print the result as one JSON line (the last line)")
     ca.set_defaults(func=cmd_calibrate)
     return p

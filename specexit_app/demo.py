@@ -34,6 +34,9 @@ SUMMARY_METHODS = (
     "nothink",
     "oracle",
 )
+# The methods the evaluation runs on every sample of a problem (`DemoConfig.eval_samples`): the comparison
+# the certified exit is judged by (SpecExit against EAGLE-3 and the oracle); the peers run on the first.
+EVAL_SAMPLE_METHODS = ("eagle3", "specexit", "oracle")
 # accuracy_ci95: [low, high], 95% bootstrap over problems; accuracy_vs_eagle3: the paired
 # difference in points with its interval ({"points", "ci95", "n"}; null for eagle3 itself);
 # speedup_vs_eagle3: eagle3's latency over the method's on the timed problems, with its paired
@@ -101,8 +104,12 @@ class Stages:
         raw["temperatures"] = self.cfg.temperatures  # calibrated where it is evaluated
         if self.cfg.calibrate_peers is not None:
             raw["peers"] = self.cfg.calibrate_peers
+        if self.cfg.calibrate_selection is not None:
+            raw["selection"] = self.cfg.calibrate_selection
         ev = raw.setdefault("eval", {})
         ev.update(draft=self.draft, output=str(self.wd / "calibrate" / "dev"))
+        if self.cfg.calibrate_samples > 1:
+            ev["samples"] = self.cfg.calibrate_samples
         ev["input"] = {**ev.get("input", {}), "n": self.cfg.calibrate_problems}
         if self.cfg.eval_concurrency is not None:
             ev["concurrency"] = self.cfg.eval_concurrency
@@ -168,6 +175,8 @@ class Stages:
             methods=list(SUMMARY_METHODS),
         )
         raw["input"] = {**raw.get("input", {}), "n": self.cfg.eval_problems}
+        if self.cfg.eval_samples > 1:
+            raw.update(samples=self.cfg.eval_samples, sample_methods=list(EVAL_SAMPLE_METHODS))
         if self.cfg.eval_latency_problems is not None:
             raw["latency_problems"] = self.cfg.eval_latency_problems
         if self.cfg.eval_budget_sweep is not None:
@@ -210,6 +219,10 @@ def run_demo(cfg: DemoConfig, *, fresh: bool = False) -> dict:
             evaluation = res
         elif not res.get("complete", True):
             raise RuntimeError(f"demo: stage {name} did not complete: {json.dumps(res)[:2000]}")
+    by_temperature = {
+        t: {m: {k: v.get(k) for k in SUMMARY_FIELDS} for m, v in d["methods"].items()}
+        for t, d in evaluation["by_temperature"].items()
+    }
     summary = {
         "teacher": cfg.teacher,
         "methods": {
@@ -218,9 +231,13 @@ def run_demo(cfg: DemoConfig, *, fresh: bool = False) -> dict:
             if m in evaluation["methods"]
         },
         "temperature": evaluation["temperature"],
-        "by_temperature": {
-            t: {m: {k: v.get(k) for k in SUMMARY_FIELDS} for m, v in d["methods"].items()}
-            for t, d in evaluation["by_temperature"].items()
+        "by_temperature": by_temperature,
+        # a sampled temperature whose profile is more than the temperature (top-p, top-k): the same
+        # methods under the profile's name (`T0.6-p0.95-k20`), the name its calibrated exit has
+        "by_profile": {
+            name: by_temperature[t]
+            for t, name in evaluation.get("sampling_profiles", {}).items()
+            if name != f"T{t}" and t in by_temperature
         },
         "budget_best": {
             t: d["methods"].get("budget", {}).get("setting") for t, d in evaluation["by_temperature"].items()
@@ -231,6 +248,8 @@ def run_demo(cfg: DemoConfig, *, fresh: bool = False) -> dict:
         "calibration": {
             **{k: done["calibrate"]["certificate"][k] for k in ("epsilon", "delta", "loss", "n_dev")},
             "by_profile": done["calibrate"]["by_profile"],
+            # per temperature: the certificate against the loss on the test problems (certificate_check.py)
+            "on_test": evaluation.get("certificate_check"),
         },
         "targets": evaluation["targets"],
         "report": evaluation["report"],

@@ -50,6 +50,9 @@ class QuickOverrides(StrictModel):
     eval_latency_problems: int | None = Field(None, ge=1)
     eval_budget_sweep: list[int] | None = None
     eval_concurrency: int | None = Field(None, ge=1)
+    calibrate_samples: int | None = Field(None, ge=1)
+    calibrate_selection: Literal["tolerance", "certified"] | None = None
+    eval_samples: int | None = Field(None, ge=1)
     temperatures: list[float] | None = None
 
 
@@ -72,6 +75,9 @@ class DemoConfig(StrictModel):
     # choose DEER / Dynasor / the budget on the dev split too (None: the calibrate recipe's `peers`);
     # not chosen, the evaluation runs them at its recipe's settings
     calibrate_peers: bool | None = None
+    # which rule makes the exit's final choice (None: the calibrate recipe's `selection`): `certified`
+    # (Learn then Test) needs a dev split of hundreds of problems; a quick run's few check the mechanics
+    calibrate_selection: Literal["tolerance", "certified"] | None = None
     serve_requests: int = Field(8, ge=1)
     eval_problems: int = Field(100, ge=1)
     # problems timed one request at a time (None: the evaluate recipe's `latency_problems`)
@@ -82,6 +88,11 @@ class DemoConfig(StrictModel):
     # engine actors of the evaluation and of the calibration's dev run (None: the evaluate recipe's
     # `concurrency`); each starts its engines, so a run of a few problems is quicker on one
     eval_concurrency: int | None = Field(None, ge=1)
+    # samples per problem at each sampled temperature (greedy: one): in the calibration's dev run (the
+    # certificate takes a prompt's mean loss over its samples) and in the evaluation, where they run
+    # eagle3, specexit and the oracle (the peers stay at one sample per problem: demo.EVAL_SAMPLE_METHODS)
+    calibrate_samples: int = Field(1, ge=1)
+    eval_samples: int = Field(1, ge=1)
     # the evaluation's temperatures, and so the calibration's (the exit must hold at each; 0.0 first)
     temperatures: list[float] = Field(default_factory=lambda: [0.0, 0.6])
     serve_port: int = Field(8000, ge=1, le=65535)

@@ -32,7 +32,9 @@ def prompt_losses(
     loss: str,
 ) -> dict[str, list[dict[str, float]]]:
     """{temperature label: [setting][prompt id] -> loss}; `results_by_t[t][s][i]` is setting s's
-    (answer right, think tokens, answer given) on trace i (`replay_outcomes` with `exit_result`)."""
+    (answer right, think tokens, answer given) on trace i (`replay_outcomes` with `exit_result`).
+    With several samples per prompt (`EvalConfig.samples`) a prompt's loss is its samples' mean: the
+    prompt, not the sample, is what the certificate counts (its samples are not independent)."""
     if loss not in LOSSES:
         raise ValueError(f"unknown loss {loss!r}; one of {LOSSES}")
     if loss == "disagreement":
@@ -49,10 +51,13 @@ def prompt_losses(
             return disagreement_loss(tr["final_answer"], res[2])
         return accuracy_drop_loss(tr["correct"], res[0])
 
-    return {
-        f"{t:g}": [{tr["id"]: one(tr, r) for tr, r in zip(traces_by_t[t], row)} for row in results_by_t[t]]
-        for t in traces_by_t
-    }
+    def per_prompt(traces: Sequence[dict], row: Sequence[tuple]) -> dict[str, float]:
+        by: dict[str, list[float]] = {}
+        for tr, r in zip(traces, row):
+            by.setdefault(tr.get("problem", tr["id"]), []).append(one(tr, r))
+        return {p: sum(x) / len(x) for p, x in by.items()}
+
+    return {f"{t:g}": [per_prompt(traces_by_t[t], row) for row in results_by_t[t]] for t in traces_by_t}
 
 
 def certified_choice(

@@ -71,6 +71,7 @@ class CalibrateConfig(StrictModel):
     # The peers, chosen on the same dev traces by the same rule (pipelines/calibrate/peers.py); the
     # chosen settings go into the output's "peers", which the evaluation uses (`calibrated:`).
     peers: bool = True
+    peer_problems: int | None = Field(None, ge=1)  # the peers are chosen on the first N dev problems (None: all)
     deer_thresholds: list[float] = Field(
         default_factory=lambda: [0.3, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.98, 0.99, 0.999]
     )
@@ -133,17 +134,31 @@ def load_calibrate_config(
     limit: int | None = None,
     prompts: str | None = None,
     prompt_column: str | None = None,
+    samples: int | None = None,
+    temperatures: list[float] | None = None,
+    top_p: float | None = None,
+    top_k: int | None = None,
 ) -> CalibrateConfig:
     """`specexit calibrate`'s config: the recipe with the command line's overrides. `prompts` (a JSONL
     or Parquet file of the user's own prompts, no answers): the dev run reads them instead of the
     recipe's input, grades every answer against the one its EAGLE-3 trace reaches at its natural end
     (`grade_against: natural_end`), and the exit is the certified one under the gold-free disagreement
     loss; its traces go beside the calibrated file (`<output>-dev/`), so each file keeps its own.
+    The sampling the deployment serves with: `temperatures` (greedy first), `top_p`, `top_k` (one
+    profile per temperature) and `samples` per prompt at each sampled one (the certificate takes a
+    prompt's mean loss over its samples). None: the recipe's.
     ConfigError on a bad recipe, a missing file or one whose kind cannot be told."""
     from pipelines.common.prompt_source import infer_input_kind
     from specexit_core.typed_config import ConfigError, load_config
 
-    over: dict[str, Any] = {"output": output, "eval.limit": limit}
+    over: dict[str, Any] = {
+        "output": output,
+        "eval.limit": limit,
+        "eval.samples": samples,
+        "temperatures": temperatures,
+        "eval.top_p": top_p,
+        "eval.top_k": top_k,
+    }
     if prompts is not None:
         path = Path(prompts).expanduser().resolve()
         if not path.exists():

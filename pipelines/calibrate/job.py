@@ -32,6 +32,7 @@ from pipelines.calibrate.peers import calibrate_budget, calibrate_deer, calibrat
 from pipelines.common.parts import read_all
 from pipelines.common.runtime import stop_ray_quietly
 from pipelines.evaluate.rules import best_setting
+from pipelines.evaluate.samples import sample_key
 from specexit_core.exit import ExitConfig
 from specexit_core.exit.replay import exit_checks, first_exit
 
@@ -71,7 +72,8 @@ def grid_edges(cfg: CalibrateConfig, chosen: ExitConfig) -> list[str]:
 
 
 def load_traces(eval_dir: str, temperature: float = 0.0) -> list[dict]:
-    """The eagle3 rows at `temperature` (trace + signals) joined with their oracle rows (break probes)."""
+    """The eagle3 rows at `temperature` (trace + signals) joined with their oracle rows (break probes),
+    one per problem-sample (`EvalConfig.samples`)."""
     rows = read_all(
         eval_dir,
         [
@@ -97,16 +99,18 @@ def load_traces(eval_dir: str, temperature: float = 0.0) -> list[dict]:
             and abs(float(r["temperature"]) - temperature) < 1e-6
             and r["method"] in ("eagle3", "oracle")
         ):
-            by.setdefault(r["problem_id"], {})[r["method"]] = r
+            by.setdefault(sample_key(r), {})[r["method"]] = r
     out = []
-    for pid, d in sorted(by.items()):
+    for (pid, sample), d in sorted(by.items()):
         e, o = d.get("eagle3"), d.get("oracle")
         if e is None or o is None or e["signal_confidence"] is None:
             continue
         info = json.loads(o["info"] or "{}")
         out.append(
             {
-                "id": pid,
+                "id": pid if sample == 0 else f"{pid}/s{sample}",  # one per trace
+                "problem": pid,  # the prompt it samples (EvalConfig.samples): the certificate's unit
+                "sample": sample,
                 "completion": e["completion_token_ids"],
                 "correct": bool(e["correct"]),
                 "think_tokens": e["think_tokens"],
@@ -227,17 +231,20 @@ def draft_token_ids(draft_dir: str) -> dict:
     return ids
 
 
-def choose_peers(cfg: CalibrateConfig, traces: list[dict], *, ref_accuracy: float) -> dict:
-    """DEER, Dynasor and the budget, each chosen on the greedy dev traces by SpecExit's rule (peers.py)."""
-    kw = dict(ref_accuracy=ref_accuracy, tolerance=cfg.tolerance)
+def choose_peers(cfg: CalibrateConfig, traces: list[dict]) -> dict:
+    """DEER, Dynasor and the budget, each chosen on the greedy dev traces by SpecExit's rule (peers.py),
+    against EAGLE-3's accuracy on the same traces: every dev trace, or the first `peer_problems`."""
     probed = [t for t in traces if t["deer_points"] is not None]
+    kw = dict(ref_accuracy=statistics.mean(t["correct"] for t in probed) if probed else 0.0, tolerance=cfg.tolerance)
     out: dict = {"deer": None, "dynasor": None, "budget": None}
-    if len(probed) == len(traces):
+    # every trace probed, or (peer_problems) those of the first problems that did not fail
+    if probed and (cfg.peer_problems is not None or len(probed) == len(traces)):
         out["deer"] = calibrate_deer(probed, cfg.deer_thresholds, cfg.deer_means, **kw)
         out["dynasor"] = calibrate_dynasor(
             probed, cfg.dynasor_every, cfg.dynasor_windows, cfg.eval.dynasor.hedge_words, **kw
         )
         out["budget"] = calibrate_budget(probed, cfg.budgets, **kw)
+        log.info("calibrate: the peers chosen on %d of %d greedy dev traces", len(probed), len(traces))
     else:
         log.warning(
             "calibrate: %d of %d dev traces lack peer probes: the peers are not calibrated",
@@ -259,11 +266,14 @@ def run_calibration(cfg: CalibrateConfig) -> dict:
             "calibrated": None,
             "peer_probes": cfg.peers,
             "peer_probe_stride": cfg.probe_stride(),
+            "peer_probe_problems": cfg.peer_problems,
             "budget_sweep": list(cfg.budgets),
             "budget_chosen": None,
             # the replay needs each trace's tokens, signals and probes, not their latency: every dev
             # problem runs batched (the confirmation run below times like the evaluation)
             "latency_problems": 0,
+            # k samples per prompt: the replay needs each sample's trace and probes, nothing else
+            "sample_methods": ["eagle3", "oracle"] if cfg.eval.samples > 1 else None,
         }
     )
     base = run_evaluation(ev)
@@ -335,6 +345,7 @@ def run_calibration(cfg: CalibrateConfig) -> dict:
         # EAGLE-3 trace reaches at its natural end, so 1 - accuracy is the disagreement loss
         "graded_against": ev.grade_against,
         "n_traces": len(traces),
+        "samples": ev.samples,  # per prompt at each sampled temperature; the certificate counts prompts
         "temperatures": list(cfg.temperatures),
         "tolerance": cfg.tolerance,
         "grid_size": len(settings),
@@ -372,7 +383,7 @@ def run_calibration(cfg: CalibrateConfig) -> dict:
     }
     peers = None
     if cfg.peers:
-        calib["peers"] = choose_peers(cfg, traces, ref_accuracy=e_acc)
+        calib["peers"] = choose_peers(cfg, traces)
         peers = {name: c["setting"] for name, c in calib["peers"].items() if c is not None}
         if "budget" in peers:
             peers["budget"] = peers["budget"]["budget"]
@@ -393,6 +404,7 @@ def run_calibration(cfg: CalibrateConfig) -> dict:
                 "peer_probes": False,
                 "output": ev.output.rstrip("/") + "-confirm",
                 "latency_problems": cfg.eval.latency_problems,
+                "sample_methods": ["eagle3", "specexit"] if ev.samples > 1 else None,
                 "budget_sweep": [] if peers and "budget" in peers else ev.budget_sweep,  # only the chosen one
             }
         ).with_peers(peers)
@@ -483,10 +495,14 @@ def main(
     as_json: bool = False,
     prompts: str | None = None,
     prompt_column: str | None = None,
+    **sampling,
 ) -> int:
+    """`specexit calibrate`; `sampling`: `load_calibrate_config`'s samples / temperatures / top_p / top_k."""
     from pipelines.calibrate.config import load_calibrate_config
 
-    cfg = load_calibrate_config(config, output=output, limit=limit, prompts=prompts, prompt_column=prompt_column)
+    cfg = load_calibrate_config(
+        config, output=output, limit=limit, prompts=prompts, prompt_column=prompt_column, **sampling
+    )
     out = run_calibration(cfg)
     stop_ray_quietly()
     if as_json:  # one line, the last one: engine actors' logs also reach this stdout

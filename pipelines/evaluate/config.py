@@ -89,6 +89,15 @@ class EvalConfig(StrictModel):
     top_p: float = Field(1.0, gt=0, le=1)
     top_k: int = Field(0, ge=0)
     seed: int = 0  # per-problem sampling seed = seed + crc32(id), the same for every method
+    # Samples per problem at every sampled temperature (greedy runs once: it is deterministic). Each
+    # sample has its own seed, the same for every method (sample 0's is the seed of a one-sample run);
+    # intervals resample problems, each with all its samples, and calibration's certificate takes a
+    # prompt's mean loss over them (the samples of one prompt are not independent).
+    samples: int = Field(1, ge=1)
+    # The methods run on the further samples (None: every method): e.g. [eagle3, specexit, oracle]
+    # for a comparison on 1,000 problem-samples while the peers stay at one sample per problem.
+    # eagle3 runs wherever the oracle does (it probes eagle3's trace).
+    sample_methods: list[str] | None = None
     max_tokens: int = Field(400, ge=1)
     chat_template_kwargs: dict[str, Any] = Field(default_factory=dict)
     # SpecExit: ExitConfig overrides (None: the server defaults = the draft's exit_defaults) ...
@@ -122,6 +131,9 @@ class EvalConfig(StrictModel):
     # so their settings can be chosen by replay like SpecExit's
     peer_probes: bool = False
     peer_probe_stride: int = Field(1, ge=1)  # Dynasor candidates: every this many think tokens
+    # ... on the first this many problems only (None: all): the probes are most of a dev run's time,
+    # and the peers' few settings need fewer problems than the certified exit does
+    peer_probe_problems: int | None = Field(None, ge=1)
     batch_size: int = Field(16, ge=1)  # problems per engine-actor batch = rows per output part
     # Latency is timed at concurrency 1 (every method, one request at a time, in a shuffled order) on
     # the first `latency_problems` problems; the others get their accuracy and think tokens from one
@@ -144,6 +156,11 @@ class EvalConfig(StrictModel):
         if self.top_p == 1.0 and self.top_k == 0:  # likewise the sampling profile, off by default
             d.pop("top_p", None)
             d.pop("top_k", None)
+        if self.peer_probe_problems is None:  # and probing every problem's peer candidates
+            d.pop("peer_probe_problems", None)
+        if self.samples == 1 and self.sample_methods is None:  # and one sample per problem
+            d.pop("samples", None)
+            d.pop("sample_methods", None)
         return d
 
     @field_validator("methods")
@@ -155,6 +172,16 @@ class EvalConfig(StrictModel):
         if not v:
             raise ValueError("methods must not be empty")
         return v
+
+    @model_validator(mode="after")
+    def _sample_methods_run(self):
+        if self.sample_methods is not None:
+            bad = [m for m in self.sample_methods if m not in self.run_methods()]
+            if bad or not self.sample_methods:
+                raise ValueError(
+                    f"sample_methods {self.sample_methods} must be a non-empty subset of methods {self.methods}"
+                )
+        return self
 
     @field_validator("temperatures")
     @classmethod
@@ -199,6 +226,19 @@ class EvalConfig(StrictModel):
         if "oracle" in ms and "eagle3" not in ms:
             ms.insert(0, "eagle3")
         return [m for m in METHODS if m in ms]
+
+    def samples_at(self, temperature: float) -> int:
+        """How many samples of each problem run at `temperature` (greedy: one)."""
+        return self.samples if temperature > 0 else 1
+
+    def methods_for_sample(self, sample: int) -> list[str]:
+        """The methods run on sample `sample` of a problem, in run order (`run_methods`): all of them on
+        sample 0, `sample_methods` (with eagle3 where the oracle runs) on the others."""
+        ms = self.run_methods()
+        if sample == 0 or self.sample_methods is None:
+            return ms
+        keep = set(self.sample_methods) | ({"eagle3"} if "oracle" in self.sample_methods else set())
+        return [m for m in ms if m in keep]
 
     def sampling_profile(self, temperature: float):
         """How this run samples at `temperature` (greedy is one profile whatever top-p / top-k say)."""

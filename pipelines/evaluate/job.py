@@ -34,6 +34,7 @@ from pipelines.common.run_identity import (
 from pipelines.evaluate.config import EvalConfig, TargetsConfig
 from pipelines.evaluate.intervals import accuracy_ci95, paired_diff_ci95, paired_ratio_ci95, within_points
 from pipelines.evaluate.rules import best_setting
+from pipelines.evaluate.samples import sample_key
 from specexit_core.typed_config import ConfigError, load_config, read_yaml
 from specexit_core.vllm_env import THREADS_BIND_ENV, engine_actor_count
 
@@ -80,7 +81,8 @@ def _aggregate(rows: list[dict]) -> dict:
     acc = sum(r["num_accepted"] or 0 for r in ok)
     out.update(
         accuracy=mean("correct"),
-        accuracy_ci95=accuracy_ci95([bool(r["correct"]) for r in ok]),
+        # problems resampled, each with all its samples (intervals.py)
+        accuracy_ci95=accuracy_ci95([bool(r["correct"]) for r in ok], keys=[sample_key(r) for r in ok]),
         think_tokens=mean("think_tokens"),
         answer_tokens=mean("answer_tokens"),
         latency_s=statistics.mean(lat) if lat else None,
@@ -108,18 +110,18 @@ def aggregate(rows: list[dict], *, tolerance: float, budget_chosen: int | None =
         if r["method"] is not None:
             groups[(float(r["temperature"]), r["method"], r["setting"] or "")].append(r)
     by_t: dict = {}
-    correct: dict = {}  # (temperature, method, setting) -> {problem id: correct}
-    latency: dict = {}  # (temperature, method, setting) -> {problem id: latency at concurrency 1}
+    correct: dict = {}  # (temperature, method, setting) -> {(problem id, sample): correct}
+    latency: dict = {}  # (temperature, method, setting) -> {(problem id, sample): latency at concurrency 1}
     for (t, m, s), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], int(kv[0][2] or 0))):
         d = by_t.setdefault(f"{t:g}", {"methods": {}, "sweeps": {}})
-        correct[(f"{t:g}", m, s)] = {r["problem_id"]: bool(r["correct"]) for r in rs if r["status"] == "ok"}
-        latency[(f"{t:g}", m, s)] = {r["problem_id"]: x for r in rs if (x := _timed_latency(r)) is not None}
+        correct[(f"{t:g}", m, s)] = {sample_key(r): bool(r["correct"]) for r in rs if r["status"] == "ok"}
+        latency[(f"{t:g}", m, s)] = {sample_key(r): x for r in rs if (x := _timed_latency(r)) is not None}
         agg = _aggregate(rs)
         if m == "budget":
             d["sweeps"].setdefault("budget", []).append({"setting": int(s), **agg})
         else:
             d["methods"][m] = agg
-    for t, d in by_t.items():  # paired by problem: accuracy minus eagle3's, with its 95% bootstrap interval
+    for t, d in by_t.items():  # paired by problem-sample: accuracy minus eagle3's, with its 95% bootstrap interval
         ref = correct.get((t, "eagle3", ""))
         if ref is None:
             continue
@@ -299,8 +301,12 @@ def check_run_identity(cfg: EvalConfig, problems: list[dict] | None = None) -> d
 
 def timed_ids(problems: list[dict], latency_problems: int | None) -> set:
     """Ids of the problems timed at concurrency 1: the first `latency_problems` (None: all, 0: none)."""
-    n = len(problems) if latency_problems is None else latency_problems
-    return {p["id"] for p in problems[:n]}
+    return first_ids(problems, latency_problems)
+
+
+def first_ids(problems: list[dict], n: int | None) -> set:
+    """Ids of the first `n` problems of the input (None: all)."""
+    return {p["id"] for p in (problems if n is None else problems[:n])}
 
 
 def spread_timed(rows: list[dict]) -> list[dict]:
@@ -385,10 +391,11 @@ def run_evaluation(cfg: EvalConfig) -> dict:
         env = engine_env(cfg.engine, gpu)
         res = {"num_gpus": cfg.engine.tensor_parallel_size} if gpu else {"num_cpus": 1}
         timed = timed_ids(problems, cfg.latency_problems)
+        probed = first_ids(problems, cfg.peer_probe_problems)  # where the peers' candidates are probed
         actors, batch = actor_plan(cfg, env, gpu, len(todo))
         log.info("evaluate: %d engine actor(s), %d problems per batch", actors, batch)
         ds = map_over_actors(
-            spread_timed([{**p, "timed": p["id"] in timed} for p in todo]),
+            spread_timed([{**p, "timed": p["id"] in timed, "peer_probe": p["id"] in probed} for p in todo]),
             EvalWorker,
             {"cfg_json": cfg.model_dump_json(), "env": env, "actors": actors},
             actors=actors,
@@ -417,6 +424,9 @@ def run_evaluation(cfg: EvalConfig) -> dict:
         # `natural_end`: the accuracies are agreement with EAGLE-3's answer at its natural end (no gold)
         "graded_against": cfg.grade_against,
         "by_temperature": by_t,
+        # each temperature's sampling profile (`T0.6-p0.95-k20`): the name its calibrated exit goes by
+        "sampling_profiles": {f"{t:g}": cfg.sampling_profile(t).name for t in cfg.temperatures},
+        "samples": cfg.samples,  # per problem at each sampled temperature (intervals resample problems)
         "targets": {t: target_checks(d["methods"], cfg.targets) for t, d in by_t.items()},
         "n": len(expected),
         **tally_problems(rows, expected),
@@ -432,6 +442,15 @@ def run_evaluation(cfg: EvalConfig) -> dict:
             "chosen_on": "dev" if cfg.budget_chosen is not None else "this run (budget) / config (DEER, Dynasor)",
         },
     }
+    if cfg.calibrated:  # the certified exit on these (new) problems: pipelines/evaluate/certificate_check.py
+        from pipelines.common.graders import EXTRACTORS
+        from pipelines.evaluate.certificate_check import COLUMNS, certificate_check
+
+        wanted = set(expected)
+        checked = [r for r in read_all(cfg.output, COLUMNS).to_pylist() if r["problem_id"] in wanted]
+        summary["certificate_check"] = certificate_check(
+            checked, cfg.calibrated, summary["sampling_profiles"], EXTRACTORS[cfg.grader]
+        )
     write_meta(cfg.output, SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")
     return summary
 

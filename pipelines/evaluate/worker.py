@@ -45,13 +45,14 @@ from pipelines.evaluate.methods import (
     timed,
 )
 from pipelines.evaluate.order import method_order
+from pipelines.evaluate.samples import sample_info
 from specexit_core.vllm_env import THREADS_BIND_ENV, bind_this_process, claim_core_set
 
 _ids = pa.list_(pa.int32())
 _f32 = pa.list_(pa.float32())
 EVAL = pa.schema(
     [
-        pa.field("id", pa.string(), nullable=False),  # problem_id/T<temperature>/<method>[/<setting>]
+        pa.field("id", pa.string(), nullable=False),  # problem_id/T<temperature>[/s<sample>]/<method>[/<setting>]
         pa.field("problem_id", pa.string(), nullable=False),
         pa.field("status", pa.string(), nullable=False),
         pa.field("error", pa.string()),
@@ -81,19 +82,28 @@ EVAL = pa.schema(
 )
 
 
-def row_id(pid: str, temp: float, method: str | None, setting: str = "") -> str:
+def row_id(pid: str, temp: float, method: str | None, setting: str = "", sample: int = 0) -> str:
     if method is None:
         return pid
-    return f"{pid}/T{temp:g}/{method}" + (f"/{setting}" if setting else "")
+    return f"{pid}/T{temp:g}" + (f"/s{sample}" if sample else "") + f"/{method}" + (f"/{setting}" if setting else "")
 
 
 def error_row(
-    pid: str, error: str, *, temp: float | None = None, method: str | None = None, setting: str = "", **known
+    pid: str,
+    error: str,
+    *,
+    temp: float | None = None,
+    method: str | None = None,
+    setting: str = "",
+    sample: int = 0,
+    **known,
 ) -> dict:
     row = {f.name: None for f in EVAL}
     row.update(known)
+    if sample:
+        row["info"] = json.dumps(sample_info(sample))
     row.update(
-        id=row_id(pid, temp or 0.0, method, setting),
+        id=row_id(pid, temp or 0.0, method, setting, sample),
         problem_id=pid,
         status="error",
         error=error,
@@ -221,9 +231,9 @@ class EvalWorker:
             return None, None, [error_row(pid, bad, prompt=row["prompt"], gold=row.get("gold"))]
         return prompt, ref, None
 
-    def _jobs(self, temp: float) -> list[tuple[str, str]]:
+    def _jobs(self, temp: float, sample: int = 0) -> list[tuple[str, str]]:
         jobs: list[tuple[str, str]] = []
-        for m in self.methods:
+        for m in self.cfg.methods_for_sample(sample):
             if m == "budget":
                 jobs += [("budget", str(b)) for b in self.cfg.budgets_at(temp)]
             else:
@@ -258,19 +268,32 @@ class EvalWorker:
             return deer(self.ids, prompt, self.cfg.deer, **common)
         return dynasor(self.ids, prompt, self.cfg.dynasor, extract=EXTRACTORS[self.cfg.grader], decode=decode, **common)
 
-    def _seed(self, pid: str, temp: float) -> int:
-        return stable_seed(self.cfg.seed, f"{pid}/{temp:g}")
+    def _seed(self, pid: str, temp: float, sample: int = 0) -> int:
+        """A problem-sample's seed, the same for every method (sample 0's names no sample)."""
+        return stable_seed(self.cfg.seed, f"{pid}/{temp:g}" + (f"/s{sample}" if sample else ""))
 
-    def _batched(self, problems: list[tuple[dict, list[int]]], temp: float, only: set | None = None) -> dict:
-        """{problem id: {(method, setting): Result}}: every single-request method over `problems`,
-        one generate per method, and DEER / Dynasor with all problems' request loops in lockstep (one
-        generate per round); a failing method is left out (it then runs per problem). `only`: just
-        these (method, setting) jobs."""
-        out: dict = {row["id"]: {} for row, _ in problems}
+    def _row_seed(self, row: dict, temp: float) -> int:
+        return self._seed(row["id"], temp, row.get("sample", 0))
+
+    @staticmethod
+    def _key(row: dict) -> tuple[str, int]:
+        """A problem-sample: (problem id, sample)."""
+        return row["id"], row.get("sample", 0)
+
+    def _batched(
+        self, problems: list[tuple[dict, list[int]]], temp: float, only: set | None = None, sample: int = 0
+    ) -> dict:
+        """{(problem id, sample): {(method, setting): Result}}: every single-request method over
+        `problems`, one generate per method, and DEER / Dynasor with all problems' request loops in
+        lockstep (one generate per round); a failing method is left out (it then runs per problem).
+        `only`: just these (method, setting) jobs. `sample`: 0 (every method) or any further one (the
+        rows are then further samples, of any index, and run `sample_methods`)."""
+        out: dict = {self._key(row): {} for row, _ in problems}
         if not problems:
             return out
+        methods = self.cfg.methods_for_sample(sample)
         replayed = self._replayed(temp)
-        for m, setting in self._jobs(temp):
+        for m, setting in self._jobs(temp, sample):
             if m not in SINGLE_REQUEST or (only is not None and (m, setting) not in only) or (m, setting) in replayed:
                 continue
             gen = self.plain if m == "plain" else self.spec
@@ -280,7 +303,7 @@ class EvalWorker:
                     gen.params(
                         max_tokens=self.cfg.max_tokens,
                         temperature=temp,
-                        seed=self._seed(row["id"], temp),
+                        seed=self._row_seed(row, temp),
                         extra=self._extra(m, setting, temp),
                     )
                     for row, _ in problems
@@ -292,31 +315,35 @@ class EvalWorker:
                 traceback.print_exc()
                 continue
             for (row, _), r in zip(problems, res):
-                out[row["id"]][(m, setting)] = r
+                out[self._key(row)][(m, setting)] = r
         if only is not None:
             return out
-        with_eagle = [(row, p) for row, p in problems if ("eagle3", "") in out[row["id"]]]
+        with_eagle = [(row, p) for row, p in problems if ("eagle3", "") in out[self._key(row)]]
         if replayed and with_eagle:  # the sweep's greedy points from the EAGLE-3 traces, one generate
             try:
                 t0 = time.perf_counter()
                 res = drive_lockstep(
                     self.spec,
-                    [self._replay(p, out[row["id"]][("eagle3", "")], s) for row, p in with_eagle for _, s in replayed],
+                    [
+                        self._replay(p, out[self._key(row)][("eagle3", "")], s)
+                        for row, p in with_eagle
+                        for _, s in replayed
+                    ],
                 )
                 self._took("budget sweep (replayed)", temp, len(with_eagle), t0)
             except Exception:  # noqa: BLE001 -- the per-problem path then generates the points
                 traceback.print_exc()
             else:
-                pairs = [(row["id"], job) for row, _ in with_eagle for job in replayed]
+                pairs = [(self._key(row), job) for row, _ in with_eagle for job in replayed]
                 for (pid, job), r in zip(pairs, res):
                     out[pid][job] = r
         decode = lambda t: self.tok.decode(t, skip_special_tokens=False)  # noqa: E731
         for m in ("deer", "dynasor"):  # many requests per problem: all problems' loops in lockstep
-            if m not in self.methods:
+            if m not in methods:
                 continue
             try:
                 common = [
-                    dict(max_tokens=self.cfg.max_tokens, temperature=temp, seed=self._seed(row["id"], temp))
+                    dict(max_tokens=self.cfg.max_tokens, temperature=temp, seed=self._row_seed(row, temp))
                     for row, _ in problems
                 ]
                 t0 = time.perf_counter()
@@ -327,25 +354,25 @@ class EvalWorker:
                 continue
             for (row, _), r in zip(problems, res):
                 r.info["batched"] = True
-                out[row["id"]][(m, "")] = r
-        if "oracle" in self.methods and all(("eagle3", "") in out[row["id"]] for row, _ in problems):
+                out[self._key(row)][(m, "")] = r
+        if "oracle" in methods and all(("eagle3", "") in out[self._key(row)] for row, _ in problems):
             try:  # every problem's probes (and the peers' candidates) and replays in lockstep
                 methods = [
                     oracle(
                         self.ids,
                         p,
-                        out[row["id"]][("eagle3", "")],
+                        out[self._key(row)][("eagle3", "")],
                         probe_max_tokens=self.cfg.oracle.probe_max_tokens,
                         grade_text=self._grade_text(
                             self._reference(
                                 reference_answer(self.cfg.grader, row.get("gold"), None),
-                                out[row["id"]][("eagle3", "")],
+                                out[self._key(row)][("eagle3", "")],
                                 decode,
                             )
                         ),
                         decode=decode,
-                        common=dict(max_tokens=self.cfg.max_tokens, temperature=temp, seed=self._seed(row["id"], temp)),
-                        peers=self._peer_kw(temp),
+                        common=dict(max_tokens=self.cfg.max_tokens, temperature=temp, seed=self._row_seed(row, temp)),
+                        peers=self._peer_kw(temp, row),
                         extract=EXTRACTORS[self.cfg.grader],
                     )
                     for row, p in problems
@@ -359,7 +386,7 @@ class EvalWorker:
                 for (row, _), r in zip(problems, res):
                     r.requests = 1 + r.probe_requests
                     r.info["batched"] = True
-                    out[row["id"]][("oracle", "")] = r
+                    out[self._key(row)][("oracle", "")] = r
         return out
 
     @staticmethod
@@ -373,13 +400,14 @@ class EvalWorker:
         """Every method on one problem, in a shuffled order; `pre`: results of batched runs to use;
         `timed_here`: False marks its rows as left out of the latency means."""
         cfg, ids = self.cfg, self.ids
-        seed = self._seed(pid, temp)
+        sample = row.get("sample", 0)
+        seed = self._seed(pid, temp, sample)
         common = dict(max_tokens=cfg.max_tokens, temperature=temp, seed=seed)
         decode = lambda t: self.tok.decode(t, skip_special_tokens=False)  # noqa: E731
         rows, eagle = [], None
         pre = pre or {}
         replayed = [j for j in self._replayed(temp) if j not in pre]
-        jobs = method_order([j for j in self._jobs(temp) if j not in replayed], seed)
+        jobs = method_order([j for j in self._jobs(temp, sample) if j not in replayed], seed)
         for m, setting in jobs + replayed:  # the replayed sweep points last: they read the eagle3 trace
             try:
                 gen = self.plain if m == "plain" else self.spec
@@ -394,12 +422,15 @@ class EvalWorker:
                 elif m in ("deer", "dynasor"):
                     res = timed(gen, partial(drive, gen, self._peer(m, p, common, decode)))
                 elif m == "oracle":
-                    res = self._oracle(pid, p, eagle, self._reference(ref, eagle and eagle[0], decode), common, decode)
+                    res = self._oracle(
+                        pid, row, p, eagle, self._reference(ref, eagle and eagle[0], decode), common, decode
+                    )
                 else:
                     extra = self._extra(m, setting, temp)
                     res = timed(gen, partial(single, gen, ids, p, opened=opened, extra=extra, **common))
                 if not timed_here:  # latency is compared on the timed problems only
                     res.info["timed"] = False
+                res.info.update(sample_info(sample))
                 text = decode(res.completion)
                 r = self._row(pid, row, temp, m, setting, p, res, text, grade(cfg.grader, text, ref) > 0.5)
                 if m == "eagle3":
@@ -421,6 +452,7 @@ class EvalWorker:
                         temp=temp,
                         method=m,
                         setting=setting,
+                        sample=sample,
                         prompt=row["prompt"],
                         gold=row.get("gold"),
                     )
@@ -452,9 +484,10 @@ class EvalWorker:
     def _grade_text(self, ref: str):
         return lambda text: grade(self.cfg.grader, text, ref) > 0.5
 
-    def _peer_kw(self, temp: float) -> dict | None:
-        """`peer_points` keywords when this run probes the peers' candidates (calibration, greedy)."""
-        if not (self.cfg.peer_probes and temp == 0.0):
+    def _peer_kw(self, temp: float, row: dict) -> dict | None:
+        """`peer_points` keywords when this run probes the peers' candidates on this problem
+        (calibration, greedy, the problems `peer_probe_problems` names)."""
+        if not (self.cfg.peer_probes and temp == 0.0 and row.get("peer_probe", True)):
             return None
         return dict(
             deer_cfg=self.cfg.deer,
@@ -465,7 +498,7 @@ class EvalWorker:
             extract=EXTRACTORS[self.cfg.grader],
         )
 
-    def _oracle(self, pid, prompt, eagle, ref, common, decode) -> Result:
+    def _oracle(self, pid, row, prompt, eagle, ref, common, decode) -> Result:
         """The oracle on a timed problem: probes (their time apart), then the replay, timed."""
         if eagle is None:
             raise RuntimeError("the oracle needs the eagle3 trace, which failed")
@@ -483,7 +516,7 @@ class EvalWorker:
         )
         pr = drive(self.spec, probe)
         probe_s = time.perf_counter() - t0
-        peers = self._peer_kw(common["temperature"])
+        peers = self._peer_kw(common["temperature"], row)
         points = (
             drive(
                 self.spec, peer_points(self.ids, prompt, eres.completion, grade_text=grade_text, decode=decode, **peers)
@@ -501,7 +534,7 @@ class EvalWorker:
     def _row(self, pid, row, temp, m, setting, prompt, res: Result, text: str, correct: bool) -> dict:
         r = {f.name: None for f in EVAL}
         r.update(
-            id=row_id(pid, temp, m, setting),
+            id=row_id(pid, temp, m, setting, row.get("sample", 0)),
             problem_id=pid,
             status="ok",
             method=m,
@@ -539,6 +572,9 @@ class EvalWorker:
                 todo.append((r, prompt, ref))
         untimed = [(r, p) for r, p, _ in todo if not r.get("timed", True)]
         pre = {t: self._batched(untimed, t) for t in self.cfg.temperatures}
+        for t in self.cfg.temperatures:  # the further samples at a sampled temperature: all batched
+            further = [({**r, "sample": j}, p) for r, p, _ in todo for j in range(1, self.cfg.samples_at(t))]
+            pre[t].update(self._batched(further, t, sample=1))
         # on the timed problems too, the budget sweep's other points only draw the accuracy-vs-tokens
         # curve: batched; only the budget chosen on dev is timed like every method
         timed = [(r, p) for r, p, _ in todo if r.get("timed", True)]
@@ -554,9 +590,12 @@ class EvalWorker:
             timed_here = r.get("timed", True)
             for t in self.cfg.temperatures:
                 t1 = time.perf_counter()
-                rows += self._methods(r["id"], r, prompt, ref, t, pre[t].get(r["id"]), timed_here=timed_here)
+                rows += self._methods(r["id"], r, prompt, ref, t, pre[t].get(self._key(r)), timed_here=timed_here)
                 if timed_here:
                     self._took(r["id"], t, 1, t1, how="timed, every method one request at a time,")
+                for j in range(1, self.cfg.samples_at(t)):  # latency is timed on sample 0 only
+                    rj = {**r, "sample": j}
+                    rows += self._methods(r["id"], rj, prompt, ref, t, pre[t].get(self._key(rj)), timed_here=False)
             if (i + 1) % 10 == 0:
                 print(
                     f"[evaluate] {i + 1}/{batch.num_rows} problems of this batch ({time.time() - t0:.0f}s)", flush=True

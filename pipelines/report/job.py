@@ -11,6 +11,8 @@ long-generation report: `pipelines/report/longgen.py`.)
 - `latency.png`: mean end-to-end latency per request at concurrency 1 (probes included);
 - `signals.png`: the draft's three signals (EWMA-smoothed as the exit policy sees them, raw faint)
   along a few greedy EAGLE-3 traces, with the SpecExit exit, the oracle exit and the natural end;
+- `certificate.png` (a run with a calibrated file): its certified bound against the loss on these
+  problems (pipelines/report/certificate.py);
 - `report.md`: the tables (per method, the budget sweep, the target checks) and the figures.
 """
 
@@ -311,6 +313,11 @@ def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Path
         + within_table(by_t)
         + [""]
     )
+    if s.get("certificate_check"):  # run with a calibrated file: does its certificate hold here?
+        from pipelines.report.certificate import certificate_lines, plot_certificate
+
+        plot_certificate(s["certificate_check"], out / "certificate.png")
+        md += certificate_lines(s["certificate_check"])
     md += ["## Targets", "", "| T | target | value | required | result |", "|---|---|---|---|---|"]
     for t, checks in s.get("targets", {}).items():
         for name, c in checks.items():

@@ -63,6 +63,10 @@ def test_every_stage_ran_and_is_accounted_for(demo):
     assert (cal["epsilon"], cal["delta"], cal["loss"], cal["n_dev"]) == (0.01, 0.1, "disagreement", 8)
     assert set(cal["by_profile"]) == {"T0"} and cal["by_profile"]["T0"]["setting"] == st["calibrate"]["exit"]
     assert cal["by_profile"]["T0"]["bound"] is None  # 4 test prompts certify nothing at 1 point
+    # the certificate checked on the evaluation's problems: the loss between specexit and eagle3 measured
+    on_test = cal["on_test"]["0"]
+    assert on_test["profile"] == "T0" and on_test["n"] == on_test["problems"] == 4 and on_test["holds"] is None
+    assert 0 <= on_test["test_loss"] <= 1
 
 
 def test_the_calibrated_draft_is_what_was_served_and_evaluated(demo):
@@ -75,7 +79,8 @@ def test_report_and_plots(demo):
     _, res, _ = demo
     report = Path(res["report"])
     assert report.exists() and "| specexit |" in report.read_text()
-    for png in ("pareto.png", "latency.png", "signals.png"):
+    assert "## The certified exit on the test problems" in report.read_text()
+    for png in ("pareto.png", "latency.png", "signals.png", "certificate.png"):
         assert (report.parent / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

@@ -48,6 +48,21 @@ def test_prompt_losses_are_per_prompt_and_temperature():
     assert out == {"0": [{"p0": 1.0, "p1": 1.0, "p2": 0.0, "p3": 1.0}]}
 
 
+def test_a_prompts_samples_count_once_with_their_mean_loss():
+    """k samples of a prompt (`EvalConfig.samples`, `load_traces` names each trace's `problem`): the
+    certificate's unit is the prompt, its loss the mean over its samples."""
+    tr = [
+        {"id": pid if j == 0 else f"{pid}/s{j}", "problem": pid, "sample": j, "correct": True, "answers": {}}
+        for pid in ("p0", "p1")
+        for j in range(4)
+    ]
+    row = [(True, 5, "7")] * 4 + [(False, 5, "8"), (True, 5, "7"), (True, 5, "7"), (False, 5, "8")]
+    for t in tr:
+        t["final_answer"] = "7"
+    assert prompt_losses({0.6: tr}, {0.6: [row]}, "disagreement") == {"0.6": [{"p0": 0.0, "p1": 0.5}]}
+    assert prompt_losses({0.6: tr}, {0.6: [row]}, "accuracy_drop") == {"0.6": [{"p0": 0.0, "p1": 0.5}]}
+
+
 def test_the_disagreement_loss_refuses_traces_without_answers():
     tr = _traces(2)
     tr[0]["answers"] = None  # an evaluation from before the probes' answers were recorded

@@ -71,7 +71,7 @@ def test_prompts_file_calibrates_without_gold(calls, tmp_path, suffix):
     calls.clear()
     assert main(["calibrate", "--output", str(out), "--json"]) in (0, None)
     (cfg,) = calls
-    assert cfg.eval.input.kind == "toy" and cfg.eval.grade_against == "gold" and cfg.selection == "tolerance"
+    assert cfg.eval.input.kind == "toy" and cfg.eval.grade_against == "gold"
 
 
 @pytest.mark.parametrize(
@@ -80,6 +80,10 @@ def test_prompts_file_calibrates_without_gold(calls, tmp_path, suffix):
         (["--prompts", "/no/such/prompts.jsonl"], "no such file"),
         (["--prompts", "{tmp}/prompts.txt"], "cannot tell the input kind"),
         (["--prompt-column", "question"], "--prompt-column goes with --prompts"),
+        (["--temperatures", "0.6,0"], "must start with 0.0"),
+        (["--temperatures", "0,warm"], "could not convert"),
+        (["--samples", "0"], "samples"),
+        (["--top-p", "1.5"], "top_p"),
     ],
 )
 def test_prompts_mistakes_are_refused_before_any_work(calls, tmp_path, capsys, argv, message):
@@ -88,3 +92,15 @@ def test_prompts_mistakes_are_refused_before_any_work(calls, tmp_path, capsys, a
     (tmp_path / "prompts.txt").write_text("x\n")
     assert main(["calibrate", *[a.format(tmp=tmp_path) for a in argv]]) == 2
     assert message in capsys.readouterr().err and calls == []
+
+
+def test_the_served_sampling_and_samples_per_prompt(calls, tmp_path):
+    """The deployment's sampling given on the command line: each temperature a profile (top-p / top-k on
+    every sampled request), k samples per prompt at the sampled ones."""
+    from specexit_app.cli import main
+
+    argv = ["calibrate", "--output", str(tmp_path / "c.json"), "--temperatures", "0,0.6", "--top-p", "0.95"]
+    assert main([*argv, "--top-k", "20", "--samples", "4", "--json"]) in (0, None)
+    (cfg,) = calls
+    assert cfg.temperatures == [0.0, 0.6] and cfg.eval.samples == 4
+    assert cfg.eval.sampling_profile(0.6).name == "T0.6-p0.95-k20" and cfg.eval.samples_at(0.0) == 1

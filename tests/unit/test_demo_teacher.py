@@ -154,6 +154,16 @@ def test_calibration_and_evaluation_get_the_demo_sizes(teacher, quick, monkeypat
     # quick: one static budget (the toy's calibration adds the one it chooses on dev); else the recipe's sweep
     assert e.budget_sweep == (cfg.quick.eval_budget_sweep if quick else read_yaml(cfg.evaluate)["budget_sweep"])
     assert len(e.budget_sweep) == (1 if quick else 5)
+    # samples per problem: the toy's full run compares specexit, eagle3 and the oracle on 250 x 4 at
+    # T = 0.6 (the peers on 1); the calibration certifies by prompt; the quick runs take one sample
+    from specexit_app.demo import EVAL_SAMPLE_METHODS
+
+    assert e.samples == cfg.eval_samples == (4 if teacher == "toy" and not quick else 1)
+    assert e.sample_methods == (list(EVAL_SAMPLE_METHODS) if e.samples > 1 else None)
+    assert c.eval.samples == cfg.calibrate_samples
+    # the final choice: Learn then Test's certificate on the toy's full run, the point estimate on quick runs
+    by_recipe = "tolerance" if quick else recipe.get("selection", "tolerance")  # the toy's quick block says so
+    assert c.selection == ("certified" if teacher == "toy" and not quick else by_recipe)
 
 
 def test_demo_temperatures_are_checked_before_any_stage(tmp_path):

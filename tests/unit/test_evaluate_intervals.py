@@ -26,7 +26,7 @@ def test_paired_diff_cancels_what_both_share():
     ids = [f"p{i}" for i in range(100)]
     a = {k: i % 3 != 0 for i, k in enumerate(ids)}  # 66% right
     same = paired_diff_ci95(a, dict(a))
-    assert same == {"points": 0.0, "ci95": [0.0, 0.0], "n": 100}  # identical answers: no uncertainty
+    assert same == {"points": 0.0, "ci95": [0.0, 0.0], "n": 100, "problems": 100}  # identical: no uncertainty
     b = dict(a, p1=False)  # one problem of 100 differs
     d = paired_diff_ci95(a, b)
     assert d["points"] == pytest.approx(1.0) and d["ci95"][0] == 0.0 and 1.0 <= d["ci95"][1] <= 4.0
@@ -34,6 +34,28 @@ def test_paired_diff_cancels_what_both_share():
     assert within_points(same, 1.0) is True and within_points(None, 1.0) is None
     assert paired_diff_ci95({"x": True}, {"y": True}) is None  # no shared problem
     assert paired_diff_ci95({"x": True, "z": True}, {"x": False})["n"] == 1  # only shared problems count
+
+
+def test_samples_of_one_problem_are_resampled_together():
+    """Keys `(problem, sample)`: the bootstrap draws problems, each with all its samples. Samples that
+    agree within a problem carry no more evidence than one: the interval is that of the problems, not
+    the narrower one of independent samples; one sample per problem is the plain bootstrap, draw for draw."""
+    per_problem = {f"p{i}": i % 4 != 0 for i in range(40)}  # 75% right, problem by problem
+    copies = {(p, j): ok for p, ok in per_problem.items() for j in range(8)}  # 8 samples, all alike
+    assert accuracy_ci95(list(copies.values()), keys=list(copies)) == accuracy_ci95(list(per_problem.values()))
+    independent = accuracy_ci95(list(copies.values()))  # the same 320 values taken as independent
+    clustered = accuracy_ci95(list(copies.values()), keys=list(copies))
+    assert clustered[1] - clustered[0] > 2 * (independent[1] - independent[0])
+    a = {(p, j): ok for (p, j), ok in copies.items()}
+    b = dict(a)
+    for j in range(8):
+        b[("p1", j)] = not a[("p1", j)]  # one problem flips in all its samples
+    d, single = (
+        paired_diff_ci95(b, a),
+        paired_diff_ci95({p: b[(p, 0)] for p in per_problem}, {p: a[(p, 0)] for p in per_problem}),
+    )
+    assert d["n"] == 320 and d["problems"] == 40
+    assert d["points"] == pytest.approx(single["points"]) and d["ci95"] == pytest.approx(single["ci95"])
 
 
 def test_paired_ratio_is_the_speedup_of_means_with_its_interval():

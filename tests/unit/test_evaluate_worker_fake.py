@@ -20,6 +20,7 @@ class FakeGen:
 
     def __init__(self, tok, speculative: bool):
         self.tok, self.speculative, self.requests, self.calls = tok, speculative, 0, []
+        self.sent = []  # every request's params
         self.reply = tok.encode("4\n\n</think>\n\nThe answer is 7 .", add_special_tokens=False)
 
     def spec_counters(self):
@@ -31,6 +32,7 @@ class FakeGen:
     def many(self, prompts, sp):
         self.requests += len(prompts)
         self.calls.append((len(prompts), sp if isinstance(sp, dict) else sp[0]))
+        self.sent += [sp] * len(prompts) if isinstance(sp, dict) else list(sp)
         return [Out(list(self.reply), "", [], "stop", None) for _ in prompts]
 
     def one(self, prompt, **kw):
@@ -286,3 +288,71 @@ def test_the_runs_sampling_profile_reaches_every_sampled_request_and_picks_the_e
     plain = EvalConfig(**base)
     assert plain.exit_overrides(0.6) == {"confidence_threshold": 0.9}  # T0.6 without top-p / top-k: no match
     assert "top_p" not in plain.model_dump() and cfg.model_dump()["top_k"] == 20
+
+
+def test_further_samples_run_the_sample_methods_batched_with_their_own_seeds(tmp_path):
+    """`samples: 3` at T = 0.6 (greedy runs once): samples 1 and 2 of every problem run only the
+    `sample_methods` (eagle3 added for the oracle), all batched and untimed, each with its own seed (the
+    same for every method); sample 0 is what a one-sample run writes, seeds included."""
+    w = _worker(tmp_path, ["plain", "eagle3", "specexit", "nothink", "oracle"])
+    w.cfg = w.cfg.model_copy(update={"samples": 3, "sample_methods": ["specexit", "oracle"]})
+    one = _worker(tmp_path / "one", ["plain", "eagle3", "specexit", "nothink", "oracle"])
+    problems = [
+        {"id": f"p{i}", "prompt": "Compute from left to right : 3 + 4", "gold": "7", "timed": i == 0} for i in range(2)
+    ]
+    w(pa.Table.from_pylist(problems))
+    rows = {r["id"]: r for f in (tmp_path / "out").glob("part-*.parquet") for r in pq.read_table(f).to_pylist()}
+    # per problem: 5 methods at T = 0 and on sample 0 at T = 0.6, 3 (eagle3, specexit, oracle) on samples 1, 2
+    assert len(rows) == 2 * (5 + 5 + 2 * 3) and all(r["status"] == "ok" for r in rows.values())
+    for pid in ("p0", "p1"):
+        for j in (1, 2):
+            got = {r["method"] for r in rows.values() if r["id"].startswith(f"{pid}/T0.6/s{j}/")}
+            assert got == {"eagle3", "specexit", "oracle"}
+            for m in got:
+                r = rows[f"{pid}/T0.6/s{j}/{m}"]
+                info = json.loads(r["info"])
+                assert r["problem_id"] == pid and info["sample"] == j and info["timed"] is False
+                assert r["latency_s"] is None  # latency is timed on sample 0 only
+        assert "sample" not in json.loads(rows[f"{pid}/T0.6/specexit"]["info"])
+        assert not any(k.startswith((f"{pid}/T0/s1/", f"{pid}/T0/s2/")) for k in rows)  # greedy: one sample
+    seeds = {sp["seed"] for sp in w.spec.sent if sp.get("temperature") == 0.6 and sp.get("seed") is not None}
+    assert len(seeds) == 2 * 3  # 2 problems x 3 samples, each its own seed
+    assert w._seed("p1", 0.6) == one._seed("p1", 0.6) == w._row_seed({"id": "p1"}, 0.6)  # a one-sample run's
+    assert w._row_seed({"id": "p1", "sample": 1}, 0.6) == w._seed("p1", 0.6, 1) != w._seed("p1", 0.6)
+
+
+def test_sample_methods_must_be_run_methods():
+    base = dict(output="o", engine={"model": "m"}, draft="d", methods=["eagle3", "specexit", "oracle"])
+    assert EvalConfig(**base, sample_methods=["specexit"]).methods_for_sample(1) == ["specexit"]
+    assert EvalConfig(**base, sample_methods=["oracle"]).methods_for_sample(1) == ["eagle3", "oracle"]
+    assert EvalConfig(**base, samples=4).methods_for_sample(2) == ["eagle3", "specexit", "oracle"]
+    with pytest.raises(ValueError, match="sample_methods"):
+        EvalConfig(**base, sample_methods=["deer"])
+    # one sample per problem: the run identity is what it was before samples existed
+    assert "samples" not in EvalConfig(**base).model_dump()
+    assert EvalConfig(**base, samples=4).model_dump()["samples"] == 4
+
+
+def test_peer_candidates_are_probed_on_the_marked_problems_only(tmp_path):
+    """`peer_probe_problems: N`: the job marks the first N problems; the worker probes the peers'
+    candidates (greedy) on those alone, and `choose_peers` picks on the traces that have them."""
+    from pipelines.calibrate.config import CalibrateConfig
+    from pipelines.calibrate.job import choose_peers
+    from pipelines.evaluate.job import first_ids
+
+    w = _worker(tmp_path, ["eagle3", "oracle"])
+    w.cfg = w.cfg.model_copy(update={"peer_probes": True, "peer_probe_problems": 2})
+    assert first_ids([{"id": f"p{i}"} for i in range(5)], 2) == {"p0", "p1"}
+    assert first_ids([{"id": "p0"}], None) == {"p0"}
+    assert w._peer_kw(0.0, {"peer_probe": True}) is not None and w._peer_kw(0.0, {}) is not None
+    assert w._peer_kw(0.0, {"peer_probe": False}) is None and w._peer_kw(0.6, {"peer_probe": True}) is None
+
+    def trace(i, probed):
+        return {"correct": True, "think_tokens": 20, "think_end": 0, "deer_points": [] if probed else None,
+                "dynasor_points": {}, "budget_points": {8: True, 16: True} if probed else {}}  # fmt: skip
+
+    cfg = CalibrateConfig(output="x.json", eval={"output": "o", "engine": {"model": "m"}, "draft": "d"})
+    traces = [trace(i, i < 2) for i in range(6)]
+    assert choose_peers(cfg, traces)["budget"] is None  # every trace must be probed unless peer_problems says
+    chosen = choose_peers(cfg.model_copy(update={"peer_problems": 2}), traces)
+    assert chosen["budget"]["setting"]["budget"] == 8  # chosen on the 2 probed traces
