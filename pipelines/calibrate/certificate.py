@@ -70,12 +70,16 @@ def certified_choice(
     order_share: float,
     seed: int,
     point_choice: int | None = None,
+    losses: Mapping[str, Sequence[Mapping[str, float]]] | None = None,
 ) -> dict:
     """The certificate over the grid (cost: think tokens, mean over temperatures): its record, with
     `chosen` the index of the certified setting (None: not even the most conservative holds).
     `point_choice`: the point-estimate rule's setting, whose observed loss (largest over the
-    temperatures, all dev prompts) and the dev size a certificate would need at that rate are added."""
-    losses = prompt_losses(traces_by_t, results_by_t, loss)
+    temperatures, all dev prompts) and the dev size a certificate would need at that rate are added.
+    `losses`: `prompt_losses` of these traces, when the caller has them (several epsilons, one replay)."""
+    if losses is None:
+        losses = prompt_losses(traces_by_t, results_by_t, loss)
+    losses = {f"{t:g}": losses[f"{t:g}"] for t in traces_by_t}
     temps = list(traces_by_t)
     n_settings = len(results_by_t[temps[0]])
     cost = [

@@ -11,6 +11,7 @@ from pydantic import Field, field_validator, model_validator
 
 from pipelines.calibrate.certificate import LOSSES, LossName
 from pipelines.evaluate.config import EvalConfig
+from specexit_core.exit.efforts import DEFAULT_EPSILONS, check_epsilons
 from specexit_core.typed_config import StrictModel, read_yaml, resolve_path
 
 
@@ -70,6 +71,9 @@ class CalibrateConfig(StrictModel):
     alphas: list[float] = Field(default_factory=lambda: [0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0])
     # The peers, chosen on the same dev traces by the same rule (pipelines/calibrate/peers.py); the
     # chosen settings go into the output's "peers", which the evaluation uses (`calibrated:`).
+    # reasoning effort levels (specexit_core/exit/efforts.py): each certified at its own epsilon over the
+    # same replay, written as the calibrated file's `efforts` ({} or null: none)
+    efforts: dict[str, float] | None = Field(default_factory=lambda: dict(DEFAULT_EPSILONS))
     peers: bool = True
     peer_problems: int | None = Field(None, ge=1)  # the peers are chosen on the first N dev problems (None: all)
     deer_thresholds: list[float] = Field(
@@ -89,6 +93,11 @@ class CalibrateConfig(StrictModel):
             recipe = read_yaml(_find_recipe(str(data["eval_recipe"])))
             data = {**data, "eval": {**recipe, **(data.get("eval") or {})}}
         return data
+
+    @field_validator("efforts")
+    @classmethod
+    def _efforts(cls, v):
+        return None if v is None else check_epsilons(v)
 
     @field_validator("temperatures")
     @classmethod

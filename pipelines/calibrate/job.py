@@ -26,7 +26,7 @@ import statistics
 import time
 from pathlib import Path
 
-from pipelines.calibrate.certificate import certified_choice
+from pipelines.calibrate.certificate import certified_choice, prompt_losses
 from pipelines.calibrate.config import CalibrateConfig
 from pipelines.calibrate.peers import calibrate_budget, calibrate_deer, calibrate_dynasor
 from pipelines.common.parts import read_all
@@ -334,7 +334,7 @@ def run_calibration(cfg: CalibrateConfig) -> dict:
     for e in edges:
         log.warning("calibrate: the chosen %s: widen the grid to be sure nothing better lies beyond", e)
     ok_at = {t: chosen_by_t[t]["accuracy"] >= e_by_t[t] - cfg.tolerance - 1e-12 for t in points_by_t}
-    by_profile = choose_per_profile(cfg, ev, settings, traces_by_t, results_by_t, points_by_t, e_by_t)
+    by_profile = choose_per_profile(cfg, ev, settings, traces_by_t, results_by_t, points_by_t, e_by_t, joint=i_best)
     calib = {
         "how": "offline replay of ExitTracker over per-token draft signals computed once per EAGLE-3 dev trace "
         "(greedy, and sampled at each further calibration temperature with the evaluation's per-problem seeds); "
@@ -390,7 +390,11 @@ def run_calibration(cfg: CalibrateConfig) -> dict:
         for name, c in calib["peers"].items():
             for e in (c or {}).get("at_grid_edge", []):
                 log.warning("calibrate: %s: the chosen %s: widen the grid", name, e)
+    # reasoning effort levels: the same certificate at each level's epsilon (specexit_core/exit/efforts.py)
+    efforts, calib["efforts"] = calibrate_efforts(cfg, ev, settings, traces_by_t, results_by_t, points_by_t, e_by_t)
     out = {"exit": chosen, "by_profile": profile_exits(by_profile), "calibration": calib}
+    if efforts:
+        out["efforts"] = efforts
     if peers:
         out["peers"] = peers  # EvalConfig.with_calibrated_peers reads this
     _write(cfg.output, out)  # the confirmation reads it: each temperature runs its profile's exit
@@ -448,10 +452,15 @@ def choose_per_profile(
     results_by_t: dict[float, list[list[tuple]]],
     points_by_t: dict[float, list[dict]],
     e_by_t: dict[float, float],
+    joint: int | None = None,
+    losses: dict | None = None,
 ) -> dict[str, dict]:
-    """{profile name: {sampling, exit, replay, certificate}}: each calibration temperature's own
+    """{profile name: {sampling, exit, replay, certificate, source}}: each calibration temperature's own
     choice by the config's rule (`selection`), from its traces alone; the profile is how the dev run
-    `ev` sampled there (its temperature with its top-p / top-k). Nothing certified: the exit is off there."""
+    `ev` sampled there (its temperature with its top-p / top-k). Certified and nothing certified on the
+    profile's own traces: the joint certified exit (`joint`, tested at every profile; `source: joint`),
+    else the exit is off there (`source: off`). A profile that falls back rests on two tests of the same
+    dev prompts, so its guarantee holds at 1 - 2 delta (either test may be the one that failed)."""
     out = {}
     for t, trs in traces_by_t.items():
         i_point = choose_exit({t: points_by_t[t]}, {t: e_by_t[t]}, cfg.tolerance)
@@ -463,9 +472,14 @@ def choose_per_profile(
             loss=cfg.loss,
             order_share=cfg.order_share,
             seed=cfg.seed,
+            losses=losses,
         )
         i = i_point if cfg.selection == "tolerance" else cert["chosen"]
+        source = "profile"
+        if i is None and cfg.selection == "certified" and joint is not None:
+            i, source = joint, "joint"
         if i is None:
+            source = "off"
             chosen = ExitConfig(enabled=False).to_dict()
             replay_pt = {"accuracy": e_by_t[t], "think_tokens": statistics.mean(tr["think_tokens"] for tr in trs)}
         else:
@@ -475,12 +489,66 @@ def choose_per_profile(
             "sampling": prof.to_dict(),
             "exit": chosen,
             "replay": replay_pt,
+            "source": source,  # profile: its own choice; joint: the joint certified exit; off: none
             "certificate": {
                 "chosen": None if cert["chosen"] is None else settings[cert["chosen"]].to_dict(),
                 **{k: cert[k] for k in ("bound", "epsilon", "delta", "loss", "n_dev")},
             },
         }
     return out
+
+
+def calibrate_efforts(
+    cfg: CalibrateConfig,
+    ev,
+    settings: list[ExitConfig],
+    traces_by_t: dict[float, list[dict]],
+    results_by_t: dict[float, list[list[tuple]]],
+    points_by_t: dict[float, list[dict]],
+    e_by_t: dict[float, float],
+) -> tuple[dict, dict]:
+    """The reasoning effort levels (`cfg.efforts`: level -> epsilon): at each, Learn then Test at that
+    epsilon over the same replay, jointly and per sampling profile, as the certified exit is chosen.
+    Returns the calibrated file's `efforts` ({level: {epsilon, exit, by_profile}}: efforts.py reads it)
+    and the evidence ({level: {epsilon, certificate, by_profile}})."""
+    if not cfg.efforts:
+        return {}, {}
+    losses = prompt_losses(traces_by_t, results_by_t, cfg.loss)  # once for every level
+    off = ExitConfig(enabled=False).to_dict()
+    efforts, evidence = {}, {}
+    for level, eps in cfg.efforts.items():
+        at = cfg.model_copy(update={"epsilon": eps, "selection": "certified"})
+        cert = certified_choice(
+            traces_by_t,
+            results_by_t,
+            epsilon=eps,
+            delta=cfg.delta,
+            loss=cfg.loss,
+            order_share=cfg.order_share,
+            seed=cfg.seed,
+            losses=losses,
+        )
+        i = cert["chosen"]
+        per = choose_per_profile(
+            at, ev, settings, traces_by_t, results_by_t, points_by_t, e_by_t, joint=i, losses=losses
+        )
+        efforts[level] = {
+            "epsilon": eps,
+            "exit": settings[i].to_dict() if i is not None else off,
+            "by_profile": profile_exits(per),
+        }
+        evidence[level] = {
+            "epsilon": eps,
+            "certificate": {
+                "chosen": None if i is None else settings[i].to_dict(),
+                **{k: cert[k] for k in ("bound", "delta", "loss", "n_dev")},
+            },
+            "by_profile": {
+                name: {"source": p["source"], "replay": p["replay"], "bound": p["certificate"]["bound"]}
+                for name, p in per.items()
+            },
+        }
+    return efforts, evidence
 
 
 def profile_exits(by_profile: dict[str, dict]) -> dict[str, dict]:

@@ -91,6 +91,8 @@ class ExitProfiles:
 
     joint: dict[str, Any] | None
     profiles: tuple[tuple[SamplingProfile, dict[str, Any]], ...] = ()
+    # the reasoning effort levels (efforts.py): (level, its epsilon, its exits shaped like this file)
+    efforts: tuple[tuple[str, float | None, ExitProfiles], ...] = ()
 
     def select(self, sampling: SamplingProfile | None) -> tuple[str | None, dict[str, Any] | None]:
         """(profile name, overrides) for a request sampled so: its profile's exit when one matches,
@@ -105,9 +107,11 @@ def parse_profiles(data: Any, where: str = "exit setting") -> ExitProfiles:
     from specexit_core.exit.settings import ExitConfig, exit_overrides
 
     joint = exit_overrides(data, where)
-    by = data.get("by_profile") if isinstance(data, Mapping) and "exit" in data else None
+    calibrated = isinstance(data, Mapping) and "exit" in data
+    efforts = _parse_efforts(data, where) if calibrated else ()
+    by = data.get("by_profile") if calibrated else None
     if by is None:
-        return ExitProfiles(joint)
+        return ExitProfiles(joint, (), efforts)
     if not isinstance(by, Mapping):
         raise ValueError(f"{where}: by_profile must be an object of profiles, got {type(by).__name__}")
     out = []
@@ -122,7 +126,28 @@ def parse_profiles(data: Any, where: str = "exit setting") -> ExitProfiles:
         if prof.name != name:
             raise ValueError(f"{where}: by_profile.{name} samples as {prof.name}: the key must be its profile's name")
         out.append((prof, dict(entry["exit"])))
-    return ExitProfiles(joint, tuple(out))
+    return ExitProfiles(joint, tuple(out), efforts)
+
+
+def _parse_efforts(data: Mapping[str, Any], where: str) -> tuple[tuple[str, float | None, ExitProfiles], ...]:
+    """A calibrated file's `efforts`: each level an object shaped like the file ({epsilon, exit, by_profile})."""
+    from specexit_core.exit.efforts import DEFAULT_EPSILONS
+
+    efforts = data.get("efforts")
+    if efforts is None:
+        return ()
+    if not isinstance(efforts, Mapping):
+        raise ValueError(f"{where}: efforts must be an object of levels, got {type(efforts).__name__}")
+    out = []
+    for level, entry in efforts.items():
+        if level not in DEFAULT_EPSILONS:
+            raise ValueError(f"{where}: efforts.{level}: the certified levels are {', '.join(DEFAULT_EPSILONS)}")
+        if not isinstance(entry, Mapping) or "exit" not in entry:
+            raise ValueError(f"{where}: efforts.{level} needs an 'exit' object (and optionally 'by_profile')")
+        eps = entry.get("epsilon")
+        sub = parse_profiles({k: v for k, v in entry.items() if k != "epsilon"}, f"{where}: efforts.{level}")
+        out.append((level, None if eps is None else float(eps), sub))
+    return tuple(out)
 
 
 def load_exit_profiles(source: str | Path) -> ExitProfiles:
@@ -139,10 +164,31 @@ class ExitDefaults:
 
     joint: Any  # ExitConfig
     by_profile: tuple[tuple[SamplingProfile, Any], ...] = ()
+    # the reasoning effort levels a layer names: (level, epsilon, that level's ExitDefaults)
+    by_effort: tuple[tuple[str, float | None, ExitDefaults], ...] = ()
 
     def select(self, sampling: SamplingProfile | None) -> tuple[str | None, Any]:
         """(profile name or None, ExitConfig) for a request sampled so (None: unknown -> joint)."""
         return select_profile(self.by_profile, sampling, self.joint)
+
+    def for_effort(self, level: str | None) -> tuple[ExitDefaults, dict[str, Any]]:
+        """The defaults a request at reasoning effort `level` gets (None: no level asked, these), and
+        what to report: {"effort", "served_by", "epsilon"} (efforts.serving_level's rule; `max`: the
+        signals never fire, a think budget still holds)."""
+        from specexit_core.exit.efforts import NO_EARLY_EXIT, serving_level
+        from specexit_core.exit.settings import NEVER_FIRES
+
+        if level is None:
+            return self, {}
+        served = serving_level(level, (name for name, _, _ in self.by_effort))
+        info = {"effort": level, "served_by": served, "epsilon": None}
+        if served is None:  # `none`: thinking is off in the prompt
+            return self, info
+        if served == NO_EARLY_EXIT:
+            off = self.joint.with_overrides(NEVER_FIRES)
+            return ExitDefaults(off, tuple((p, c.with_overrides(NEVER_FIRES)) for p, c in self.by_profile)), info
+        name, eps, defaults = next(e for e in self.by_effort if e[0] == served)
+        return defaults, {**info, "epsilon": eps}
 
     def to_dict(self) -> dict[str, Any]:
         return {"exit": self.joint.to_dict(), "by_profile": {p.name: c.to_dict() for p, c in self.by_profile}}
@@ -157,7 +203,7 @@ def resolve_exit_defaults(
     <- the draft's (`exit_profiles` entry for the profile, else `exit_defaults`) <- $SPECEXIT_EXIT_CONFIG's
     (its `by_profile` entry, else its `exit`). A profile named by either layer gets its own setting; a
     layer without that profile contributes its joint exit there. ValueError names the bad layer."""
-    from specexit_core.exit.settings import EXIT_CONFIG_ENV, ExitConfig
+    from specexit_core.exit.settings import EXIT_CONFIG_ENV
 
     layers: list[tuple[str, ExitProfiles]] = []
     if draft_defaults or draft_profiles:
@@ -168,6 +214,14 @@ def resolve_exit_defaults(
             layers.append((EXIT_CONFIG_ENV, load_exit_profiles(server_env)))
         except ValueError as e:
             raise ValueError(f"{EXIT_CONFIG_ENV}: {e}") from None
+    return _layered(layers)
+
+
+def _layered(layers: list[tuple[str, ExitProfiles]]) -> ExitDefaults:
+    """ExitConfig() with each layer's setting on top, per profile any layer names, and per effort level
+    any layer names (from the layers that name it)."""
+    from specexit_core.exit.settings import ExitConfig
+
     names: dict[str, SamplingProfile] = {}
     for _, layer in layers:
         for prof, _ in layer.profiles:
@@ -182,4 +236,23 @@ def resolve_exit_defaults(
                 raise ValueError(f"{label}: {e}" if prof is None else f"{label} ({prof.name}): {e}") from None
         return cfg
 
-    return ExitDefaults(resolved(None), tuple((p, resolved(p)) for p in names.values()))
+    levels: dict[str, float | None] = {}
+    for _, layer in layers:
+        for level, eps, _ in layer.efforts:
+            levels[level] = eps  # the last layer naming a level says its epsilon
+    efforts = tuple(
+        (
+            level,
+            eps,
+            _layered(
+                [
+                    (f"{label} (effort {level})", sub)
+                    for label, layer in layers
+                    for lv, _, sub in layer.efforts
+                    if lv == level
+                ]
+            ),
+        )
+        for level, eps in levels.items()
+    )
+    return ExitDefaults(resolved(None), tuple((p, resolved(p)) for p in names.values()), efforts)

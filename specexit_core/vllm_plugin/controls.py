@@ -19,6 +19,7 @@ from typing import Any
 
 from specexit_core.draft.config import read_specexit_fields
 from specexit_core.exit import EXIT_CONFIG_ENV, ExitConfig
+from specexit_core.exit.efforts import EFFORT_CONTROL, parse_effort
 from specexit_core.exit.profiles import ExitDefaults, SamplingProfile, resolve_exit_defaults
 from specexit_core.vllm_plugin.long_controls import LongConfig, request_long_config, wants_long
 
@@ -66,7 +67,7 @@ def overrides_from_extra_args(extra_args: Mapping[str, Any] | None) -> dict[str,
         else:
             out["enabled"] = _coerce("enabled", v)
     for k, v in extra_args.items():
-        if not k.startswith(PREFIX):
+        if not k.startswith(PREFIX) or k == EFFORT_CONTROL:  # the level picks the defaults: request_effort
             continue
         name = k[len(PREFIX) :]
         if name not in FIELDS:
@@ -78,11 +79,19 @@ def overrides_from_extra_args(extra_args: Mapping[str, Any] | None) -> dict[str,
 def request_exit_config(
     extra_args: Mapping[str, Any] | None, defaults: ExitConfig | ExitDefaults, sampling: SamplingProfile | None = None
 ) -> ExitConfig:
-    """A request's setting: its overrides on the defaults (per sampling profile: those of the
-    profile it is sampled as, else the joint ones; `sampling_profile`)."""
+    """A request's setting: its overrides on the defaults (per reasoning effort: its level's, see
+    `request_effort`; per sampling profile: those of the profile it is sampled as, else the joint
+    ones; `sampling_profile`)."""
     if isinstance(defaults, ExitDefaults):
-        defaults = defaults.select(sampling)[1]
+        defaults = defaults.for_effort(request_effort(extra_args))[0].select(sampling)[1]
     return defaults.with_overrides(overrides_from_extra_args(extra_args))
+
+
+def request_effort(extra_args: Mapping[str, Any] | None) -> str | None:
+    """The reasoning effort level a request asks for (`specexit_effort`; the Serve endpoint sets it
+    from `reasoning_effort`), or None. ValueError naming the levels."""
+    v = (extra_args or {}).get(EFFORT_CONTROL)
+    return None if v is None else parse_effort(v)
 
 
 def sampling_profile(params) -> SamplingProfile | None:
@@ -143,6 +152,7 @@ def install_request_validation() -> None:
     def _check(extra_args, defaults: ExitConfig | ExitDefaults, sampling: SamplingProfile | None = None) -> None:
         if extra_args and any(k == KEY or str(k).startswith(PREFIX) for k in extra_args):
             try:
+                request_effort(extra_args)  # a level is checked wherever the defaults are a plain setting too
                 request_exit_config(extra_args, defaults, sampling)
             except ValueError as e:
                 raise VLLMValidationError(f"invalid SpecExit control: {e}", parameter="vllm_xargs") from None

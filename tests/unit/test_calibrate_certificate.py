@@ -132,3 +132,43 @@ def test_nothing_certified_turns_the_exit_off(calibrate):
     out = run(selection="certified")  # ε = 1%: 200 test prompts cannot show it (0.99^200 = 0.13 > δ)
     assert out["exit"]["enabled"] is False and out["calibration"]["certificate"]["chosen"] is None
     assert out["calibration"]["chosen_replay"] == {"accuracy": 1.0, "think_tokens": 100}  # EAGLE-3's
+
+
+def test_a_profile_its_own_test_leaves_uncertified_falls_back_to_the_joint_exit(monkeypatch):
+    """Certified selection: a profile whose own traces certify nothing gets the joint certified exit
+    (tested at every profile), marked `source: joint`; with no joint exit either, the exit is off."""
+    from pipelines.evaluate.config import EvalConfig
+
+    settings = [ExitConfig(confidence_threshold=c) for c in (0.99, 0.9, 0.5)]
+    cfg = CalibrateConfig(
+        output="x.json", selection="certified", eval={"output": "o", "engine": {"model": "m"}, "draft": "d"}
+    )
+    ev = EvalConfig(output="o", engine={"model": "m"}, draft="d")
+    nothing = {"chosen": None, "bound": None, "epsilon": 0.01, "delta": 0.1, "loss": "disagreement", "n_dev": 4}
+    monkeypatch.setattr(job, "certified_choice", lambda *a, **kw: dict(nothing))
+    traces = {0.0: _traces(4)}
+    points = {0.0: [{"accuracy": 1.0, "think_tokens": x} for x in (90, 60, 20)]}
+    args = (cfg, ev, settings, traces, {0.0: _outcomes(4)}, points, {0.0: 1.0})
+    fell_back = job.choose_per_profile(*args, joint=1)["T0"]
+    assert fell_back["source"] == "joint" and fell_back["exit"] == settings[1].to_dict()
+    assert fell_back["replay"]["think_tokens"] == 60 and fell_back["certificate"]["chosen"] is None
+    off = job.choose_per_profile(*args, joint=None)["T0"]
+    assert off["source"] == "off" and off["exit"]["enabled"] is False
+
+
+def test_each_effort_level_is_certified_at_its_own_epsilon(calibrate):
+    """`efforts`: Learn then Test once per level over the same replay; a lower effort, allowed more loss,
+    certifies a cheaper setting; a level whose epsilon the dev split cannot show keeps the exit off."""
+    run, settings = calibrate
+    out = run(efforts={"minimal": 0.2, "low": 0.05, "high": 0.01})
+    e = out["efforts"]
+    assert [e[k]["epsilon"] for k in ("minimal", "low", "high")] == [0.2, 0.05, 0.01]
+    assert e["minimal"]["exit"] == settings[2].to_dict() and e["low"]["exit"] == settings[1].to_dict()
+    assert e["high"]["exit"]["enabled"] is False  # 200 test prompts cannot show 1 point
+    assert set(e["low"]["by_profile"]) == {"T0"}  # the calibration temperatures (here greedy only)
+    ev = out["calibration"]["efforts"]
+    assert ev["low"]["certificate"]["bound"] <= 0.05 and ev["high"]["certificate"]["chosen"] is None
+    from specexit_core.exit.profiles import parse_profiles
+
+    assert [lv for lv, _, _ in parse_profiles(out).efforts] == ["minimal", "low", "high"]  # what servers read
+    assert "efforts" not in run(efforts=None)
