@@ -51,14 +51,16 @@ def measured_losses(rows: Sequence[dict], loss: str, extract: Callable[[str], st
 
 def certificates_by_temperature(calibrated: str | Path, profiles: dict[str, str]) -> dict[str, dict]:
     """{temperature label: the certificate that speaks for it}: the profile's own (`calibration.by_profile`)
-    where the calibrated file has one for that temperature's profile, else the joint one. `profiles`:
+    where the calibrated file has one for that temperature's profile and its exit is that choice, else
+    the joint one (no such profile, or it fell back to the joint exit: `source: joint`). `profiles`:
     {temperature label: profile name} (the evaluation summary's `sampling_profiles`)."""
     cal = json.loads(Path(calibrated).read_text()).get("calibration") or {}
     joint = cal.get("certificate")
     by = cal.get("by_profile") or {}
     out = {}
     for t, name in profiles.items():
-        own = (by.get(name) or {}).get("certificate")
+        entry = by.get(name) or {}
+        own = entry.get("certificate") if entry.get("source", "profile") != "joint" else None
         cert = own or joint
         if cert:
             out[t] = {

@@ -50,6 +50,12 @@ def test_each_temperature_is_judged_by_the_certificate_that_speaks_for_it(tmp_pa
     got = certificates_by_temperature(cal, {"0": "T0", "0.6": "T0.6-p0.95"})
     assert got["0"]["profile"] is None and got["0"]["bound"] == 0.004  # no T0 profile: the joint exit's
     assert got["0.6"]["profile"] == "T0.6-p0.95" and got["0.6"]["bound"] == 0.02
+    # a profile that fell back to the joint exit is judged by the joint certificate
+    data = json.loads(cal.read_text())
+    data["calibration"]["by_profile"]["T0.6-p0.95"]["source"] = "joint"
+    cal.write_text(json.dumps(data))
+    fell_back = certificates_by_temperature(cal, {"0.6": "T0.6-p0.95"})["0.6"]
+    assert fell_back["profile"] is None and fell_back["bound"] == 0.004
 
 
 def test_the_check_reports_the_test_loss_with_its_interval(tmp_path):
