@@ -24,6 +24,7 @@ import logging
 import os
 import time
 from collections.abc import AsyncGenerator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +35,9 @@ from serve_app.ray_llm import VLLMEngine, skip_noop_node_init
 from serve_app.replica import replica_tag
 from serve_app.telemetry import ExitEventIndex, choice_telemetry, usage_block
 from specexit_core.draft.config import SpecExitFields, read_specexit_fields
+from specexit_core.exit.efforts import EFFORT_CONTROL, THINKING_OFF
 from specexit_core.vllm_env import run_model_in_engine_core
-from specexit_core.vllm_plugin.controls import request_exit_config, sampling_profile, server_defaults
+from specexit_core.vllm_plugin.controls import request_effort, request_exit_config, sampling_profile, server_defaults
 from specexit_core.vllm_plugin.long_controls import request_long_config, server_long_defaults
 from specexit_core.vllm_plugin.telemetry import TELEMETRY_DIR_ENV
 
@@ -131,6 +133,23 @@ class SpecExitVLLMEngine(VLLMEngine):
         except ValueError:
             return False  # vLLM answers 400 for it anyway
 
+    def _apply_effort(self, request) -> dict | None:
+        """The request's reasoning effort: `reasoning_effort` (vLLM's chat field, which on its own only
+        turns thinking off for `none`) becomes the request control `specexit_effort` (one given in
+        `vllm_xargs` wins), so the worker exits at that level's certified operating point
+        (specexit_core/exit/efforts.py). Returns what usage reports, or None (no level, or no SpecExit)."""
+        if not self._specexit_active:
+            return None
+        level = getattr(request, "reasoning_effort", None)
+        xargs = dict(getattr(request, "vllm_xargs", None) or {})
+        if level is not None and EFFORT_CONTROL not in xargs:
+            xargs[EFFORT_CONTROL] = level
+            request.vllm_xargs = xargs
+        try:
+            return self._exit_defaults.for_effort(request_effort(xargs))[1] or None
+        except ValueError:
+            return None  # vLLM answers 400 for it anyway
+
     def _long_enabled(self, request) -> bool:
         if not self._specexit_active:
             return False
@@ -163,10 +182,11 @@ class SpecExitVLLMEngine(VLLMEngine):
         self._count_request(raw_request_info)
         want_ids = bool(getattr(request, "return_token_ids", False))
         request.return_token_ids = True  # think tokens are counted on ids, not re-tokenized text
+        usage = _UsageContext(self._apply_effort(request), _thinking_closed(request))
         enabled = self._enabled(request)
         long_on = self._long_enabled(request)
         n = None if chat else max(int(getattr(request, "n", None) or 1), 1)
-        stream = _StreamRewriter(self, want_ids, enabled, n)
+        stream = _StreamRewriter(self, want_ids, enabled, n, usage)
         try:
             async for item in method(request, raw_request_info):
                 if isinstance(item, str):
@@ -176,7 +196,7 @@ class SpecExitVLLMEngine(VLLMEngine):
                 elif hasattr(item, "choices") and hasattr(item, "usage"):
                     if long_on and item.usage is not None:
                         await self._wait_long(item.id, [c.index for c in item.choices], n)
-                    yield self._finish_response(item, want_ids, enabled, n)
+                    yield self._finish_response(item, want_ids, enabled, n, usage)
                 else:
                     yield item  # ErrorResponse
         except Exception as e:
@@ -198,23 +218,31 @@ class SpecExitVLLMEngine(VLLMEngine):
             self._requests_with_authorization += 1
 
     def _telemetry(
-        self, response_id: str, token_ids_by_choice: dict[int, list[int]], enabled: bool, n: int | None
+        self,
+        response_id: str,
+        token_ids_by_choice: dict[int, list[int]],
+        enabled: bool,
+        n: int | None,
+        usage: _UsageContext | None = None,
     ) -> dict:
         """One response's `usage.specexit` (`_choice_key`: how choices map to engine request ids)."""
+        usage = usage or _UsageContext()
         choices = []
         for i in sorted(token_ids_by_choice):
             key = _choice_key(response_id, i, n)
             ev = self._events.pop(*key) if self._events is not None else None
             fb = self._events.pop_fallback(*key) if self._events is not None else None
             lg = self._events.pop_long(*key) if self._events is not None else None
-            choices.append(choice_telemetry(token_ids_by_choice[i], self._think_end_id, ev, fb, lg))
-        return usage_block(enabled, choices or [choice_telemetry([], self._think_end_id, None)])
+            choices.append(
+                choice_telemetry(token_ids_by_choice[i], self._think_end_id, ev, fb, lg, usage.thinking_closed)
+            )
+        return usage_block(enabled, choices or [choice_telemetry([], self._think_end_id, None)], usage.effort)
 
-    def _finish_response(self, resp, want_ids: bool, enabled: bool, n: int | None):
+    def _finish_response(self, resp, want_ids: bool, enabled: bool, n: int | None, usage=None):
         chat = n is None
         ids = {c.index: list(c.token_ids or []) for c in resp.choices}
         if resp.usage is not None:
-            resp.usage.specexit = self._telemetry(resp.id, ids, enabled, n)
+            resp.usage.specexit = self._telemetry(resp.id, ids, enabled, n, usage)
         if not want_ids and getattr(resp, "prompt_token_ids", None) is not None:
             resp.prompt_token_ids = None
         for c in resp.choices:
@@ -225,6 +253,23 @@ class SpecExitVLLMEngine(VLLMEngine):
             if chat and getattr(c.message, "reasoning", None) is not None:
                 c.message.reasoning_content = c.message.reasoning
         return resp
+
+
+@dataclass(frozen=True)
+class _UsageContext:
+    """What a request's `usage.specexit` needs beyond its tokens and exit events."""
+
+    effort: dict | None = None  # {effort, served_by, epsilon}: `_apply_effort`
+    thinking_closed: bool = False  # the prompt closed thinking: no generated token is a think token
+
+
+def _thinking_closed(request) -> bool:
+    """Whether the chat template closed thinking in the prompt: `reasoning_effort: none` (vLLM then
+    renders with `enable_thinking: false`) or `chat_template_kwargs.enable_thinking: false`."""
+    kwargs = getattr(request, "chat_template_kwargs", None) or {}
+    if "enable_thinking" in kwargs:  # the caller's own template argument wins, as in vLLM
+        return kwargs["enable_thinking"] is False
+    return getattr(request, "reasoning_effort", None) == THINKING_OFF
 
 
 def _choice_key(response_id: str, choice: int, n: int | None) -> tuple[str, int]:
@@ -254,8 +299,16 @@ class _StreamRewriter:
     for them, dropped): pydantic-core's JSON (compact, UTF-8) rather than the `json` module, which
     cost ~2.4x more CPU (3.4 vs 1.4 ms per 300-token stream on this machine's cores)."""
 
-    def __init__(self, engine: SpecExitVLLMEngine, want_ids: bool, enabled: bool, n: int | None):
+    def __init__(
+        self,
+        engine: SpecExitVLLMEngine,
+        want_ids: bool,
+        enabled: bool,
+        n: int | None,
+        usage: _UsageContext | None = None,
+    ):
         self.engine, self.want_ids, self.enabled, self.n, self.chat = engine, want_ids, enabled, n, n is None
+        self.usage = usage or _UsageContext()
         self.ids: dict[int, list[int]] = {}
         self.response_id: str | None = None
 
@@ -283,7 +336,7 @@ class _StreamRewriter:
                 if self.chat and delta and delta.get("reasoning") is not None:
                     delta["reasoning_content"] = delta["reasoning"]
             if obj.get("usage") and not obj["choices"]:  # the final usage chunk
-                obj["usage"]["specexit"] = self.engine._telemetry(obj["id"], self.ids, self.enabled, self.n)
+                obj["usage"]["specexit"] = self.engine._telemetry(obj["id"], self.ids, self.enabled, self.n, self.usage)
             out.append("data: " + to_json(obj).decode())
         return "".join(e + "\n\n" for e in out)
 

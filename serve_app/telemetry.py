@@ -114,14 +114,19 @@ def choice_telemetry(
     event: dict | None,
     fallback: str | None = None,
     long: dict | None = None,
+    thinking_closed: bool = False,
 ) -> dict:
     """One choice's fields. think_tokens: generated tokens before the first `</think>` (all of them
-    when it never came); with an exit, the tokens up to and including the split token. fallback: why
+    when it never came, none when the prompt closed thinking: `thinking_closed`, e.g. effort `none`,
+    `enable_thinking: false`); with an exit, the tokens up to and including the split token. fallback: why
     the worker ran this choice without SpecExit (its settings or the hook failed), else None. long:
     the long mode's counts ({config, steps, ngram_/eagle_ steps, drafted_tokens, accepted_tokens,
     penalised_rows, fallback}), None for a request without it."""
     ids = list(token_ids or [])
-    think = ids.index(think_end_id) if think_end_id is not None and think_end_id in ids else len(ids)
+    if think_end_id is not None and think_end_id in ids:
+        think = ids.index(think_end_id)
+    else:
+        think = 0 if thinking_closed else len(ids)
     smoothed = (event or {}).get("smoothed") or None
     remaining = smoothed.get("remaining") if smoothed else None
     return {
@@ -151,11 +156,13 @@ def long_block(choices: list[dict]) -> dict | None:
     return out
 
 
-def usage_block(enabled: bool, choices: list[dict]) -> dict:
+def usage_block(enabled: bool, choices: list[dict], effort: dict | None = None) -> dict:
     """`usage.specexit`: sums over the choices (n = 1: exactly that choice), plus `choices` when n > 1.
-    `fallback` at the top: the first choice's reason that fell back, if any did."""
+    `fallback` at the top: the first choice's reason that fell back, if any did. `effort`: the
+    request's reasoning effort ({effort, served_by, epsilon}: `ExitDefaults.for_effort`), or None."""
     out: dict[str, Any] = {
         "enabled": enabled,
+        "effort": effort,
         "think_tokens": sum(c["think_tokens"] for c in choices),
         "exited": any(c["exited"] for c in choices),
         "exit_index": choices[0]["exit_index"] if len(choices) == 1 else None,

@@ -174,15 +174,18 @@ class ExitDefaults:
     def for_effort(self, level: str | None) -> tuple[ExitDefaults, dict[str, Any]]:
         """The defaults a request at reasoning effort `level` gets (None: no level asked, these), and
         what to report: {"effort", "served_by", "epsilon"} (efforts.serving_level's rule; `max`: the
-        signals never fire, a think budget still holds)."""
-        from specexit_core.exit.efforts import NO_EARLY_EXIT, serving_level
+        signals never fire, a think budget still holds; a server with no calibrated level serves every
+        other level with its own exit, `served_by: default`)."""
+        from specexit_core.exit.efforts import NO_EARLY_EXIT, THINKING_OFF, serving_level
         from specexit_core.exit.settings import NEVER_FIRES
 
         if level is None:
             return self, {}
         served = serving_level(level, (name for name, _, _ in self.by_effort))
+        if not self.by_effort and level not in (NO_EARLY_EXIT, THINKING_OFF):  # no level calibrated
+            served = "default"  # the server's own exit
         info = {"effort": level, "served_by": served, "epsilon": None}
-        if served is None:  # `none`: thinking is off in the prompt
+        if served in (None, "default"):  # `none`: thinking is off in the prompt; or no levels at all
             return self, info
         if served == NO_EARLY_EXIT:
             off = self.joint.with_overrides(NEVER_FIRES)

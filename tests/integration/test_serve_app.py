@@ -239,6 +239,18 @@ def test_specexit_controls_change_the_output(client):
     assert off.choices[0].message.model_extra["reasoning"].startswith(on.choices[0].message.model_extra["reasoning"])
 
 
+def test_reasoning_effort_through_serve(client):
+    """`reasoning_effort` with the openai client (specexit_core/exit/efforts.py): this server has no
+    calibrated levels, so every level but `max` keeps its own exit (`served_by: default`); `max` never
+    exits early; `none` closes thinking in the prompt: no think tokens, and an answer."""
+    low, top, none = (chat(client, reasoning_effort=e) for e in ("low", "max", "none"))
+    s_low, s_top, s_none = map(specexit_usage, (low, top, none))
+    assert s_low["effort"] == {"effort": "low", "served_by": "default", "epsilon": None} and s_low["exited"]
+    assert s_top["effort"]["served_by"] == "max" and not s_top["exited"]
+    assert s_top["think_tokens"] > s_low["think_tokens"]
+    assert s_none["think_tokens"] == 0 and not s_none["exited"] and none.choices[0].message.content
+
+
 def test_long_mode_usage_through_serve(client):
     """The long mode per request (n-gram reuse + penalty) and its counts in `usage.specexit.long`, also
     on the final chunk of a stream; a request without it reports `long: null`."""
@@ -276,6 +288,8 @@ def test_long_mode_usage_through_serve(client):
         ({**GOOD, "vllm_xargs": {"specexit_nope": 1}}, 400, "unknown SpecExit control"),
         ({**GOOD, "vllm_xargs": {"specexit_enabled": "perhaps"}}, 400, "boolean"),
         ({**GOOD, "vllm_xargs": {"long_penalty_theta": -1}}, 400, "theta"),
+        ({**GOOD, "reasoning_effort": "turbo"}, 400, "reasoning_effort"),
+        ({**GOOD, "vllm_xargs": {"specexit_effort": "turbo"}}, 400, "reasoning effort"),
         ({**GOOD, "messages": [{"author": {"role": "user"}, "content": [], "!": []}]}, 400, "no 'role'"),
         ({**GOOD, "max_tokens": 300, "response_format": {"type": "json_object"}}, 400, "output format"),
     ],
@@ -294,6 +308,8 @@ def test_long_mode_usage_through_serve(client):
         "specexit-unknown",
         "specexit-enabled",
         "long-penalty-theta",
+        "reasoning-effort",
+        "specexit-effort",
         "harmony-message",  # found by the fuzzer: no role, KeyError in the replica (500) before the fix
         # found by the fuzzer: the toy's vocabulary has no "{", so a JSON grammar admits no token and vLLM
         # ends the request as an internal error (500 before the fix)

@@ -68,6 +68,11 @@ def test_a_calibrated_files_efforts_become_each_levels_defaults(tmp_path):
     assert info == {"effort": "medium", "served_by": "high", "epsilon": 0.01}  # ... what usage reports
     with pytest.raises(ValueError, match="reasoning effort"):
         request_effort({"specexit_effort": "turbo"})
+    # a server with no calibrated level: every level but max keeps the server's own exit
+    bare = resolve_exit_defaults({"confidence_threshold": 0.6}, None, None)
+    assert bare.for_effort("low")[1] == {"effort": "low", "served_by": "default", "epsilon": None}
+    assert request_exit_config({"specexit_effort": "low"}, bare, greedy).confidence_threshold == 0.6
+    assert request_exit_config({"specexit_effort": "max"}, bare, greedy).confidence_threshold == 1.0
 
 
 def test_a_bad_efforts_block_names_the_level(tmp_path):

@@ -293,3 +293,39 @@ def test_ingress_writes_a_finished_response_as_stock_does():
     out = asyncio.run(ing._process_llm_request(types.SimpleNamespace(n=1, messages=[1]), "chat"))
     assert out.status_code == 200 and out.media_type == "application/json"
     assert json.loads(out.body) == json.loads(json.dumps(resp.model_dump()))
+
+
+def test_reasoning_effort_becomes_the_request_control_and_usage_reports_it():
+    """`reasoning_effort` -> `vllm_xargs.specexit_effort` (an explicit one wins), reported in usage with
+    the level that served it; `none` (or enable_thinking false) closes thinking in the prompt, so no
+    generated token counts as thinking."""
+    from types import SimpleNamespace
+
+    from serve_app.engine import SpecExitVLLMEngine, _thinking_closed, _UsageContext
+    from serve_app.telemetry import choice_telemetry, usage_block
+    from specexit_core.exit.profiles import resolve_exit_defaults
+
+    eng = SimpleNamespace(_specexit_active=True, _exit_defaults=resolve_exit_defaults(None, None, None))
+    req = SimpleNamespace(reasoning_effort="low", vllm_xargs=None)
+    info = SpecExitVLLMEngine._apply_effort(eng, req)
+    assert req.vllm_xargs == {"specexit_effort": "low"} and info == {
+        "effort": "low",
+        "served_by": "default",
+        "epsilon": None,
+    }
+    req = SimpleNamespace(reasoning_effort="low", vllm_xargs={"specexit_effort": "max"})
+    assert SpecExitVLLMEngine._apply_effort(eng, req)["served_by"] == "max"  # the explicit control wins
+    assert SpecExitVLLMEngine._apply_effort(eng, SimpleNamespace()) is None  # no level: nothing to report
+    assert SpecExitVLLMEngine._apply_effort(SimpleNamespace(_specexit_active=False), req) is None
+    assert _thinking_closed(SimpleNamespace(reasoning_effort="none"))
+    assert _thinking_closed(SimpleNamespace(chat_template_kwargs={"enable_thinking": False}))
+    assert not _thinking_closed(SimpleNamespace(reasoning_effort="high", chat_template_kwargs=None))
+    assert not _thinking_closed(
+        SimpleNamespace(reasoning_effort="none", chat_template_kwargs={"enable_thinking": True})
+    )
+    answer = [5, 6, 7]  # no `</think>` among the generated ids
+    assert choice_telemetry(answer, 269, None)["think_tokens"] == 3  # thinking never ended: all of it
+    assert choice_telemetry(answer, 269, None, thinking_closed=True)["think_tokens"] == 0
+    u = usage_block(True, [choice_telemetry(answer, 269, None, thinking_closed=True)], {"effort": "none"})
+    assert u["effort"] == {"effort": "none"} and u["think_tokens"] == 0
+    assert _UsageContext().effort is None
