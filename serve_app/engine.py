@@ -71,7 +71,9 @@ class SpecExitVLLMEngine(VLLMEngine):
         kwargs = self.llm_config.get_engine_config().engine_kwargs
         block = _draft_specexit_fields(kwargs)
         self._specexit_active = block is not None
-        self._exit_defaults = server_defaults(block.exit_defaults, block.exit_profiles) if block else None
+        self._exit_defaults = (
+            server_defaults(block.exit_defaults, block.exit_profiles, block.exit_efforts) if block else None
+        )
         self._long_defaults = server_long_defaults() if block else None
         self._think_end_id = int(block.token_ids["think_end"]) if block else self._tokenizer_think_end()
         tdir = os.environ.get(TELEMETRY_DIR_ENV)

@@ -36,7 +36,7 @@ SUMMARY_METHODS = (
 )
 # The methods the evaluation runs on every sample of a problem (`DemoConfig.eval_samples`): the comparison
 # the certified exit is judged by (SpecExit against EAGLE-3 and the oracle); the peers run on the first.
-EVAL_SAMPLE_METHODS = ("eagle3", "specexit", "oracle")
+EVAL_SAMPLE_METHODS = ("eagle3", "specexit", "oracle", "effort")
 # accuracy_ci95: [low, high], 95% bootstrap over problems; accuracy_vs_eagle3: the paired
 # difference in points with its interval ({"points", "ci95", "n"}; null for eagle3 itself);
 # speedup_vs_eagle3: eagle3's latency over the method's on the timed problems, with its paired
@@ -172,11 +172,17 @@ class Stages:
             temperatures=self.cfg.temperatures,
             calibrated=str(self.wd / "calibrated.json"),
             specexit_exit=None,
-            methods=list(SUMMARY_METHODS),
+            # effort: SpecExit at each reasoning effort level
+            methods=[*SUMMARY_METHODS, *(["effort"] if self.cfg.eval_efforts else [])],
         )
         raw["input"] = {**raw.get("input", {}), "n": self.cfg.eval_problems}
+        if self.cfg.eval_efforts:
+            raw["efforts"] = list(self.cfg.eval_efforts)
         if self.cfg.eval_samples > 1:
-            raw.update(samples=self.cfg.eval_samples, sample_methods=list(EVAL_SAMPLE_METHODS))
+            raw.update(
+                samples=self.cfg.eval_samples,
+                sample_methods=[m for m in EVAL_SAMPLE_METHODS if m in raw["methods"]],
+            )
         if self.cfg.eval_latency_problems is not None:
             raw["latency_problems"] = self.cfg.eval_latency_problems
         if self.cfg.eval_budget_sweep is not None:
@@ -238,6 +244,11 @@ def run_demo(cfg: DemoConfig, *, fresh: bool = False) -> dict:
             name: by_temperature[t]
             for t, name in evaluation.get("sampling_profiles", {}).items()
             if name != f"T{t}" and t in by_temperature
+        },
+        # SpecExit at each reasoning effort level (its certified exit): per temperature, per level
+        "by_effort": {
+            t: {p["setting"]: {k: p.get(k) for k in SUMMARY_FIELDS} for p in d["sweeps"].get("effort", [])}
+            for t, d in evaluation["by_temperature"].items()
         },
         "budget_best": {
             t: d["methods"].get("budget", {}).get("setting") for t, d in evaluation["by_temperature"].items()

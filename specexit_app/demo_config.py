@@ -53,6 +53,7 @@ class QuickOverrides(StrictModel):
     calibrate_samples: int | None = Field(None, ge=1)
     calibrate_selection: Literal["tolerance", "certified"] | None = None
     eval_samples: int | None = Field(None, ge=1)
+    eval_efforts: list[str] | None = None
     temperatures: list[float] | None = None
 
 
@@ -93,6 +94,8 @@ class DemoConfig(StrictModel):
     # eagle3, specexit and the oracle (the peers stay at one sample per problem: demo.EVAL_SAMPLE_METHODS)
     calibrate_samples: int = Field(1, ge=1)
     eval_samples: int = Field(1, ge=1)
+    # the reasoning effort levels the evaluation runs SpecExit at ([]: none; `by_effort` in demo.json)
+    eval_efforts: list[str] = Field(default_factory=lambda: ["minimal", "low", "medium", "high", "xhigh", "max"])
     # the evaluation's temperatures, and so the calibration's (the exit must hold at each; 0.0 first)
     temperatures: list[float] = Field(default_factory=lambda: [0.0, 0.6])
     serve_port: int = Field(8000, ge=1, le=65535)

@@ -435,7 +435,7 @@ def run_calibration(cfg: CalibrateConfig) -> dict:
     if cfg.write_draft_defaults:
         from specexit_core.draft.checkpoint import set_exit_defaults
 
-        set_exit_defaults(ev.draft, chosen, out["by_profile"])
+        set_exit_defaults(ev.draft, chosen, out["by_profile"], out.get("efforts"))
     return out
 
 

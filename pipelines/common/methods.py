@@ -7,6 +7,7 @@ METHODS = (
     "specexit",
     "specexit_paper",
     "specexit_default",
+    "effort",  # SpecExit at each reasoning effort level (EvalConfig.efforts): one row per level
     "budget",
     "deer",
     "dynasor",

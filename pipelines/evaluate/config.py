@@ -22,7 +22,9 @@ from specexit_core.typed_config import StrictModel, resolve_path
 
 # One request per problem: their accuracy runs can go as one batched generate per method (see
 # `EvalConfig.latency_problems`); deer / dynasor / oracle are loops of requests per problem.
-SINGLE_REQUEST = ("plain", "eagle3", "specexit", "specexit_paper", "specexit_default", "budget", "nothink")
+SINGLE_REQUEST = ("plain", "eagle3", "specexit", "specexit_paper", "specexit_default", "effort", "budget", "nothink")
+# Methods with one row per setting (`setting`): the static budgets, the reasoning effort levels.
+SWEEPS = ("budget", "effort")
 
 
 class DeerConfig(StrictModel):
@@ -81,7 +83,11 @@ class EvalConfig(StrictModel):
     engine: EngineConfig  # the target (teacher); speculation is added from `draft`
     draft: str  # SpecExit draft folder (vLLM Eagle3 layout with signal rows)
     num_speculative_tokens: int = Field(3, ge=1)
-    methods: list[str] = Field(default_factory=lambda: list(METHODS))
+    methods: list[str] = Field(default_factory=lambda: [m for m in METHODS if m != "effort"])
+    # the reasoning effort levels the `effort` method runs, each at its certified exit (the calibrated
+    # file's `efforts`, else the draft's `exit_efforts`; specexit_core/exit/efforts.py's rule for a level
+    # neither has): one row per level
+    efforts: list[str] = Field(default_factory=lambda: ["minimal", "low", "medium", "high", "xhigh", "max"])
     temperatures: list[float] = Field(default_factory=lambda: [0.0, 0.6])  # first one = the headline table
     # The sampling profile at every sampled temperature (greedy ignores them): nucleus top-p (1: off) and
     # top-k (0: off), e.g. Qwen3's recommended 0.95 / 20. With the temperature they name the profile a
@@ -183,6 +189,16 @@ class EvalConfig(StrictModel):
                 )
         return self
 
+    @field_validator("efforts")
+    @classmethod
+    def _levels(cls, v):
+        from specexit_core.exit.efforts import THINKING_OFF, parse_effort
+
+        levels = [parse_effort(x) for x in v]
+        if THINKING_OFF in levels:
+            raise ValueError("efforts: `none` is the nothink method")
+        return list(dict.fromkeys(levels))
+
     @field_validator("temperatures")
     @classmethod
     def _temps(cls, v):
@@ -256,6 +272,22 @@ class EvalConfig(StrictModel):
             profile = None if temperature is None else self.sampling_profile(temperature)
             return load_exit_profiles(Path(self.calibrated)).select(profile)[1]
         return dict(self.specexit_exit) if self.specexit_exit is not None else None
+
+    def effort_exit(self, level: str, temperature: float) -> dict[str, Any]:
+        """The exit a request at reasoning effort `level` and `temperature` runs with, in full: the
+        draft's `exit_efforts` <- the calibrated file's `efforts` (else $SPECEXIT_EXIT_CONFIG's), by the
+        serving rule of specexit_core/exit/efforts.py (a level neither has: the next more conservative
+        one; `max`: the signals never fire), for the temperature's sampling profile."""
+        import os
+
+        from specexit_core.draft.checkpoint import read_config
+        from specexit_core.exit import EXIT_CONFIG_ENV
+        from specexit_core.exit.profiles import resolve_exit_defaults
+
+        draft = read_config(self.draft)
+        server = self.calibrated or os.environ.get(EXIT_CONFIG_ENV)
+        d = resolve_exit_defaults(draft.exit_defaults, draft.exit_profiles, server, draft.exit_efforts)
+        return d.for_effort(level)[0].select(self.sampling_profile(temperature))[1].to_dict()
 
     def with_calibrated_peers(self) -> EvalConfig:
         """A copy whose DEER, Dynasor and budget settings are the ones `specexit calibrate` chose on

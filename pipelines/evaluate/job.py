@@ -31,7 +31,7 @@ from pipelines.common.run_identity import (
     refuse_changed_rows,
     write_identity,
 )
-from pipelines.evaluate.config import EvalConfig, TargetsConfig
+from pipelines.evaluate.config import SWEEPS, EvalConfig, TargetsConfig
 from pipelines.evaluate.intervals import accuracy_ci95, paired_diff_ci95, paired_ratio_ci95, within_points
 from pipelines.evaluate.rules import best_setting
 from pipelines.evaluate.samples import sample_key
@@ -102,7 +102,7 @@ def _aggregate(rows: list[dict]) -> dict:
 
 
 def aggregate(rows: list[dict], *, tolerance: float, budget_chosen: int | None = None) -> dict:
-    """Per temperature: {"methods": {name: metrics}, "sweeps": {"budget": [metrics + setting]}}.
+    """Per temperature: {"methods": {name: metrics}, "sweeps": {"budget" | "effort": [metrics + setting]}}.
     The `budget` method is the sweep point `budget_chosen` (chosen on the dev split), or else the
     fewest think tokens within `tolerance` of eagle3 on these rows (`chosen_on` says which)."""
     groups: dict = defaultdict(list)
@@ -112,13 +112,13 @@ def aggregate(rows: list[dict], *, tolerance: float, budget_chosen: int | None =
     by_t: dict = {}
     correct: dict = {}  # (temperature, method, setting) -> {(problem id, sample): correct}
     latency: dict = {}  # (temperature, method, setting) -> {(problem id, sample): latency at concurrency 1}
-    for (t, m, s), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], int(kv[0][2] or 0))):
+    for (t, m, s), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], _setting_order(kv[0][2]))):
         d = by_t.setdefault(f"{t:g}", {"methods": {}, "sweeps": {}})
         correct[(f"{t:g}", m, s)] = {sample_key(r): bool(r["correct"]) for r in rs if r["status"] == "ok"}
         latency[(f"{t:g}", m, s)] = {sample_key(r): x for r in rs if (x := _timed_latency(r)) is not None}
         agg = _aggregate(rs)
-        if m == "budget":
-            d["sweeps"].setdefault("budget", []).append({"setting": int(s), **agg})
+        if m in SWEEPS:  # one row per setting: a budget (int) or a reasoning effort level (str)
+            d["sweeps"].setdefault(m, []).append({"setting": int(s) if m == "budget" else s, **agg})
         else:
             d["methods"][m] = agg
     for t, d in by_t.items():  # paired by problem-sample: accuracy minus eagle3's, with its 95% bootstrap interval
@@ -130,11 +130,12 @@ def aggregate(rows: list[dict], *, tolerance: float, budget_chosen: int | None =
                 agg["accuracy_vs_eagle3"] = paired_diff_ci95(correct[(t, m, "")], ref)
                 # EAGLE-3's latency over this method's, paired on the timed problems
                 agg["speedup_vs_eagle3"] = paired_ratio_ci95(latency[(t, "eagle3", "")], latency[(t, m, "")])
-        for p in d["sweeps"].get("budget", []):
-            if p.get("n"):
-                p["accuracy_vs_eagle3"] = paired_diff_ci95(correct[(t, "budget", str(p["setting"]))], ref)
-                key = (t, "budget", str(p["setting"]))
-                p["speedup_vs_eagle3"] = paired_ratio_ci95(latency[(t, "eagle3", "")], latency[key])
+        for m, points in d["sweeps"].items():
+            for p in points:
+                if p.get("n"):
+                    key = (t, m, str(p["setting"]))
+                    p["accuracy_vs_eagle3"] = paired_diff_ci95(correct[key], ref)
+                    p["speedup_vs_eagle3"] = paired_ratio_ci95(latency[(t, "eagle3", "")], latency[key])
     for d in by_t.values():
         pts = [p for p in d["sweeps"].get("budget", []) if p.get("n")]
         ref = d["methods"].get("eagle3", {}).get("accuracy")
@@ -147,6 +148,15 @@ def aggregate(rows: list[dict], *, tolerance: float, budget_chosen: int | None =
             )
             d["methods"]["budget"] = {**best, "chosen_on": "this run"}
     return by_t
+
+
+def _setting_order(setting: str) -> tuple:
+    """Rows of a sweep in order: budgets by size, effort levels least thinking first."""
+    from specexit_core.exit.efforts import EFFORTS
+
+    if setting in EFFORTS:
+        return (1, EFFORTS.index(setting))
+    return (0, int(setting or 0))
 
 
 def _check(value, target, ok: bool, miss: str | None, **kw) -> dict:

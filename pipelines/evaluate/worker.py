@@ -57,7 +57,7 @@ EVAL = pa.schema(
         pa.field("status", pa.string(), nullable=False),
         pa.field("error", pa.string()),
         pa.field("method", pa.string()),
-        pa.field("setting", pa.string()),  # budget: the budget; "" otherwise
+        pa.field("setting", pa.string()),  # budget: the budget; effort: the level; "" otherwise
         pa.field("temperature", pa.float32()),
         pa.field("prompt", pa.string()),
         pa.field("gold", pa.string()),
@@ -176,6 +176,11 @@ class EvalWorker:
         )
         self.max_len = (self.spec or self.plain).llm.llm_engine.model_config.max_model_len
         self.exit = {t: cfg.exit_overrides(t) for t in cfg.temperatures}  # per sampling profile
+        self.effort_exit = (  # per reasoning effort level and temperature, resolved once
+            {(lv, t): cfg.effort_exit(lv, t) for lv in cfg.efforts for t in cfg.temperatures}
+            if "effort" in self.methods
+            else {}
+        )
         self.sig = None
         if cfg.signals and "eagle3" in self.methods:
             from pipelines.evaluate.trace_signals import SignalModel
@@ -236,12 +241,16 @@ class EvalWorker:
         for m in self.cfg.methods_for_sample(sample):
             if m == "budget":
                 jobs += [("budget", str(b)) for b in self.cfg.budgets_at(temp)]
+            elif m == "effort":
+                jobs += [("effort", level) for level in self.cfg.efforts]
             else:
                 jobs.append((m, ""))
         return jobs
 
     def _extra(self, m: str, setting: str, temp: float):
         """The `specexit` request controls of a single-request method at temperature `temp`."""
+        if m == "effort":  # the level's exit in full
+            return self.effort_exit[(setting, temp)]
         return {
             "eagle3": False,
             "nothink": False,

@@ -59,6 +59,15 @@ def plot_pareto(by_t: dict, path: Path) -> None:
                     textcoords="offset points",
                 )
             pts += list(zip(xs, ys))
+        levels = [p for p in d["sweeps"].get("effort", []) if p.get("n")]
+        if levels:  # SpecExit at each reasoning effort level, least thinking first
+            xs, ys = [p["think_tokens"] for p in levels], [100 * p["accuracy"] for p in levels]
+            ax.plot(xs, ys, "-s", color=COLORS["effort"], ms=5, label="reasoning effort")
+            for p, x, y in zip(levels, xs, ys):
+                ax.annotate(
+                    p["setting"], (x, y), fontsize=7, color=COLORS["effort"], xytext=(3, 4), textcoords="offset points"
+                )
+            pts += list(zip(xs, ys))
         for m in ORDER:
             r = d["methods"].get(m)
             if not r or not r.get("n"):
@@ -222,6 +231,24 @@ def method_table(d: dict) -> list[str]:
     return lines
 
 
+def effort_table(levels: list[dict], eagle3_latency: float | None) -> list[str]:
+    """SpecExit at each reasoning effort level (its certified exit): a row per level."""
+    lines = [
+        "By reasoning effort (SpecExit at each level's certified exit; `max`: no early exit):",
+        "",
+        "| effort | accuracy | 95% CI | vs eagle3 (points, 95% CI) | think tokens | latency (ms) | speed-up vs eagle3 | n |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for p in levels:
+        lat = p.get("latency_s")
+        lines.append(
+            f"| {p['setting']} | {100 * p['accuracy']:.1f}% | {ci(p.get('accuracy_ci95'))} | "
+            f"{vs(p.get('accuracy_vs_eagle3'))} | {p['think_tokens']:.1f} | {_fmt(None if lat is None else 1000 * lat, 1)} | "
+            f"{_speedup(p, eagle3_latency / lat if eagle3_latency and lat else None)} | {p['n']} |"
+        )
+    return lines
+
+
 def within_table(by_t: dict, points: float = 1.0) -> list[str]:
     """Which methods are within `points` of eagle3's accuracy at 95% confidence (the lower end of
     the paired bootstrap interval of method - eagle3 above -points)."""
@@ -295,6 +322,9 @@ def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Path
                 for p in sweep
                 if p.get("n")
             ] + [""]
+        levels = [p for p in d["sweeps"].get("effort", []) if p.get("n")]
+        if levels:
+            md += effort_table(levels, d["methods"].get("eagle3", {}).get("latency_s")) + [""]
         o = d["methods"].get("oracle", {})
         if o.get("probe_latency_s") is not None:
             md += [

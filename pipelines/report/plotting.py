@@ -17,6 +17,7 @@ COLORS = {
     "specexit": "#d62728",
     "specexit_paper": "#ff9896",
     "specexit_default": "#e377c2",
+    "effort": "#bcbd22",
     "budget": "#9467bd",
     "deer": "#2ca02c",
     "dynasor": "#ff7f0e",

@@ -157,11 +157,15 @@ def convert(
 
 
 def set_exit_defaults(
-    ckpt_dir: str | Path, exit_defaults: dict | None, exit_profiles: dict | None = None
+    ckpt_dir: str | Path,
+    exit_defaults: dict | None,
+    exit_profiles: dict | None = None,
+    exit_efforts: dict | None = None,
 ) -> DraftConfig:
-    """Store ExitConfig overrides as the draft's `specexit.exit_defaults` (None removes them), and
-    per sampling profile as `specexit.exit_profiles` (a calibrated file's `by_profile`; None removes
-    them): the server defaults the vLLM plugin starts from."""
+    """Store ExitConfig overrides as the draft's `specexit.exit_defaults` (None removes them), per
+    sampling profile as `specexit.exit_profiles` (a calibrated file's `by_profile`) and per reasoning
+    effort level as `specexit.exit_efforts` (its `efforts`; None removes either): the server defaults
+    the vLLM plugin starts from."""
     ckpt_dir = Path(ckpt_dir)
     cfg_json = json.loads((ckpt_dir / "config.json").read_text())
     cfg = DraftConfig.from_hf_json(cfg_json)
@@ -170,6 +174,7 @@ def set_exit_defaults(
     new_cfg = cfg.replace(
         exit_defaults=None if exit_defaults is None else dict(exit_defaults),
         exit_profiles=None if exit_profiles is None else dict(exit_profiles),
+        exit_efforts=None if exit_efforts is None else dict(exit_efforts),
     )
     _write_config(ckpt_dir, cfg_json, new_cfg)
     return new_cfg

@@ -103,6 +103,8 @@ class DraftConfig:
     # per sampling profile (a calibrated file's `by_profile`: specexit_core/exit/profiles.py); a request
     # sampled as one of them starts from its exit instead of `exit_defaults`
     exit_profiles: dict | None = None
+    # per reasoning effort level (a calibrated file's `efforts`: specexit_core/exit/efforts.py)
+    exit_efforts: dict | None = None
 
     def __post_init__(self):
         if self.token_ids is not None and set(self.token_ids) != {"think_start", "think_end", "split"}:
@@ -116,6 +118,10 @@ class DraftConfig:
             from specexit_core.exit.profiles import parse_profiles
 
             parse_profiles({"exit": {}, "by_profile": self.exit_profiles}, "exit_profiles")
+        if self.exit_efforts is not None:
+            from specexit_core.exit.profiles import parse_profiles
+
+            parse_profiles({"exit": {}, "efforts": self.exit_efforts}, "exit_efforts")
         if len(self.aux_layer_ids) != 3:
             raise ValueError(f"EAGLE-3 fuses 3 target layers, got aux_layer_ids={self.aux_layer_ids}")
         if len(set(self.aux_layer_ids)) != 3 or min(self.aux_layer_ids) < 0:
@@ -198,6 +204,8 @@ class DraftConfig:
                 d["specexit"]["exit_defaults"] = dict(self.exit_defaults)
             if self.exit_profiles is not None:
                 d["specexit"]["exit_profiles"] = dict(self.exit_profiles)
+            if self.exit_efforts is not None:
+                d["specexit"]["exit_efforts"] = dict(self.exit_efforts)
         return d
 
     @classmethod
@@ -235,6 +243,7 @@ class DraftConfig:
             token_ids=spec.token_ids,
             exit_defaults=spec.exit_defaults,
             exit_profiles=spec.exit_profiles,
+            exit_efforts=spec.exit_efforts,
         )
 
     def to_json(self) -> dict:
@@ -255,6 +264,7 @@ class SpecExitFields(NamedTuple):
     token_ids: dict | None
     exit_defaults: dict | None
     exit_profiles: dict | None = None
+    exit_efforts: dict | None = None
 
 
 def read_specexit_fields(config: Mapping[str, Any] | Any) -> SpecExitFields:
@@ -268,4 +278,5 @@ def read_specexit_fields(config: Mapping[str, Any] | Any) -> SpecExitFields:
         token_ids=block.get("token_ids"),
         exit_defaults=block.get("exit_defaults"),
         exit_profiles=block.get("exit_profiles"),
+        exit_efforts=block.get("exit_efforts"),
     )

@@ -201,16 +201,20 @@ def resolve_exit_defaults(
     draft_defaults: Mapping[str, Any] | None = None,
     draft_profiles: Mapping[str, Any] | None = None,
     server_env: str | None = None,
+    draft_efforts: Mapping[str, Any] | None = None,
 ) -> ExitDefaults:
     """Each profile's setting, later layers winning, as `resolve_exit_config` does for one: ExitConfig()
     <- the draft's (`exit_profiles` entry for the profile, else `exit_defaults`) <- $SPECEXIT_EXIT_CONFIG's
     (its `by_profile` entry, else its `exit`). A profile named by either layer gets its own setting; a
-    layer without that profile contributes its joint exit there. ValueError names the bad layer."""
+    layer without that profile contributes its joint exit there. Reasoning effort levels the same way,
+    from the draft's `exit_efforts` and the file's `efforts`. ValueError names the bad layer."""
     from specexit_core.exit.settings import EXIT_CONFIG_ENV
 
     layers: list[tuple[str, ExitProfiles]] = []
-    if draft_defaults or draft_profiles:
+    if draft_defaults or draft_profiles or draft_efforts:
         data = {"exit": dict(draft_defaults or {}), "by_profile": dict(draft_profiles or {})}
+        if draft_efforts:
+            data["efforts"] = dict(draft_efforts)
         layers.append(("draft exit_defaults", parse_profiles(data, "draft exit_profiles")))
     if server_env:
         try:

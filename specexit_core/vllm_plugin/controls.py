@@ -109,13 +109,17 @@ def sampling_profile(params) -> SamplingProfile | None:
 
 
 def server_defaults(
-    draft_exit_defaults: Mapping[str, Any] | None = None, draft_exit_profiles: Mapping[str, Any] | None = None
+    draft_exit_defaults: Mapping[str, Any] | None = None,
+    draft_exit_profiles: Mapping[str, Any] | None = None,
+    draft_exit_efforts: Mapping[str, Any] | None = None,
 ) -> ExitDefaults:
     """This server's defaults, per sampling profile: ExitConfig() <- the draft's `exit_defaults` (or its
     `exit_profiles` entry) <- $SPECEXIT_EXIT_CONFIG (a JSON object, or a path to a JSON file such as the
     one `specexit calibrate` writes, whose `by_profile` entries win for their profiles). Requests
     override them (`request_exit_config`)."""
-    return resolve_exit_defaults(draft_exit_defaults, draft_exit_profiles, os.environ.get(EXIT_CONFIG_ENV))
+    return resolve_exit_defaults(
+        draft_exit_defaults, draft_exit_profiles, os.environ.get(EXIT_CONFIG_ENV), draft_exit_efforts
+    )
 
 
 def engine_defaults(vllm_config) -> ExitDefaults | None:
@@ -128,7 +132,9 @@ def engine_defaults(vllm_config) -> ExitDefaults | None:
         return None
     hf = getattr(getattr(spec, "draft_model_config", None), "hf_config", None)
     fields = read_specexit_fields(hf) if hf is not None else None
-    return server_defaults(fields and fields.exit_defaults, fields and fields.exit_profiles)
+    return server_defaults(
+        fields and fields.exit_defaults, fields and fields.exit_profiles, fields and fields.exit_efforts
+    )
 
 
 def _has_specexit_draft(vllm_config) -> bool:

@@ -89,7 +89,7 @@ class SpecExitRunnerState:
             raise ValueError(f"SpecExit draft config lacks specexit.token_ids {missing}")
         self.think_start, self.think_end = int(ids["think_start"]), int(ids["think_end"])
         self.split_ids = frozenset(int(t) for t in ids["split"])
-        self.defaults = server_defaults(spec.exit_defaults, spec.exit_profiles)
+        self.defaults = server_defaults(spec.exit_defaults, spec.exit_profiles, spec.exit_efforts)
         self.trackers = BatchTrackers(
             split_token_ids=self.split_ids, think_start_id=self.think_start, think_end_id=self.think_end
         )

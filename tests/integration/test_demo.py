@@ -47,6 +47,12 @@ def test_summary_json_has_every_method_and_field(demo):
     assert ms["deer"]["probe_requests"] > 0 and ms["dynasor"]["probe_requests"] > 0
     assert ms["eagle3"]["probe_requests"] == 0 and ms["specexit"]["probe_requests"] == 0
     assert ms["oracle"]["think_tokens"] <= ms["eagle3"]["think_tokens"]
+    # SpecExit at each reasoning effort level (8 dev problems certify none: every level but max runs
+    # with the exit off, max with signals that never fire: all think as EAGLE-3 does)
+    levels = res["by_effort"]["0"]
+    assert list(levels) == ["minimal", "low", "medium", "high", "xhigh", "max"]
+    for level in levels.values():
+        assert set(level) == FIELDS and level["think_tokens"] == pytest.approx(ms["eagle3"]["think_tokens"])
 
 
 def test_every_stage_ran_and_is_accounted_for(demo):
@@ -73,6 +79,15 @@ def test_the_calibrated_draft_is_what_was_served_and_evaluated(demo):
     _, res, wd = demo
     draft = json.loads((wd / "draft" / "config.json").read_text())
     assert draft["specexit"]["exit_defaults"] == res["stages"]["calibrate"]["exit"]
+    # the reasoning effort levels travel with the draft too (each certified at its epsilon)
+    efforts = json.loads((wd / "calibrated.json").read_text())["efforts"]
+    assert draft["specexit"]["exit_efforts"] == efforts and set(efforts) == {
+        "minimal",
+        "low",
+        "medium",
+        "high",
+        "xhigh",
+    }
 
 
 def test_report_and_plots(demo):

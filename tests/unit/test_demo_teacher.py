@@ -160,6 +160,9 @@ def test_calibration_and_evaluation_get_the_demo_sizes(teacher, quick, monkeypat
 
     assert e.samples == cfg.eval_samples == (4 if teacher == "toy" and not quick else 1)
     assert e.sample_methods == (list(EVAL_SAMPLE_METHODS) if e.samples > 1 else None)
+    # the effort levels: a row each, but in the realistic teachers' quick runs
+    assert ("effort" in e.methods) == (teacher == "toy" or not quick)
+    assert e.efforts == ["minimal", "low", "medium", "high", "xhigh", "max"]
     assert c.eval.samples == cfg.calibrate_samples
     # the final choice: Learn then Test's certificate on the toy's full run, the point estimate on quick runs
     by_recipe = "tolerance" if quick else recipe.get("selection", "tolerance")  # the toy's quick block says so

@@ -57,7 +57,7 @@ def test_one_reader_for_config_json_and_vllms_config_object():
         assert f.signals == ("confidence", "progress", "remaining")
         assert f.token_ids == TOKEN_IDS and f.exit_defaults == DEFAULTS
     stock = small_cfg(signals=()).to_hf_json()
-    assert read_specexit_fields(stock) == ((), None, None, None) == read_specexit_fields(SimpleNamespace())
+    assert read_specexit_fields(stock) == ((), None, None, None, None) == read_specexit_fields(SimpleNamespace())
 
 
 def test_convert_keeps_exit_defaults(tmp_path):
@@ -90,3 +90,22 @@ def test_set_exit_defaults_rewrites_only_the_specexit_block(tmp_path):
     stock = convert(src, tmp_path / "stock", add_signals=False)
     with pytest.raises(ValueError, match="stock EAGLE-3"):
         set_exit_defaults(stock, DEFAULTS)
+
+
+def test_effort_levels_travel_with_the_draft(tmp_path):
+    """A calibrated file's `efforts` stored as `specexit.exit_efforts`: validated, read by the one reader,
+    and what a server built from the draft serves a request's `specexit_effort` with."""
+    from specexit_core.exit.profiles import SamplingProfile
+    from specexit_core.vllm_plugin.controls import request_exit_config, server_defaults
+
+    efforts = {"low": {"epsilon": 0.05, "exit": {"confidence_threshold": 0.3}}}
+    src = saved(tmp_path)
+    set_exit_defaults(src, DEFAULTS, None, efforts)
+    f = read_specexit_fields(json.loads((src / "config.json").read_text()))
+    assert f.exit_efforts == efforts and read_config(src).exit_efforts == efforts
+    d = server_defaults(f.exit_defaults, f.exit_profiles, f.exit_efforts)
+    greedy = SamplingProfile.of(0.0)
+    assert request_exit_config({"specexit_effort": "low"}, d, greedy).confidence_threshold == 0.3
+    assert request_exit_config({}, d, greedy).confidence_threshold == 0.6  # no level: exit_defaults
+    with pytest.raises(ValueError, match="efforts.low"):
+        small_cfg(exit_efforts={"low": {"epsilon": 0.05}})

@@ -127,3 +127,22 @@ def test_aggregate_intervals_and_timed_subset():
 
     (line,) = [x for x in method_table(d) if x.startswith("| specexit |")]
     assert "| 2.50 [2.50, 2.50] |" in line  # the report's speed-up column carries the interval
+
+
+def test_effort_rows_are_a_sweep_least_thinking_first_with_their_table():
+    from pipelines.report.job import effort_table
+
+    rows = []
+    for i in range(20):
+        rows.append(_row(f"p{i}", "eagle3", True, 1.0))
+        for level, think, ok in (("max", 90, True), ("low", 30, i != 0), ("high", 40, True)):
+            r = _row(f"p{i}", "effort", ok, 0.5, setting=level)
+            r["think_tokens"] = think
+            rows.append(r)
+    d = aggregate(rows, tolerance=0.01)["0"]
+    levels = d["sweeps"]["effort"]
+    assert [p["setting"] for p in levels] == ["low", "high", "max"] and "effort" not in d["methods"]
+    assert levels[0]["accuracy_vs_eagle3"]["points"] == pytest.approx(-5.0) and levels[0]["think_tokens"] == 30
+    assert levels[0]["speedup_vs_eagle3"]["ratio"] == pytest.approx(2.0)
+    table = effort_table(levels, 1.0)
+    assert table[4].startswith("| low | 95.0% |") and table[-1].startswith("| max | 100.0% |")

@@ -356,3 +356,40 @@ def test_peer_candidates_are_probed_on_the_marked_problems_only(tmp_path):
     assert choose_peers(cfg, traces)["budget"] is None  # every trace must be probed unless peer_problems says
     chosen = choose_peers(cfg.model_copy(update={"peer_problems": 2}), traces)
     assert chosen["budget"]["setting"]["budget"] == 8  # chosen on the 2 probed traces
+
+
+def test_the_effort_method_runs_each_level_at_its_exit(tmp_path):
+    """`effort`: one row per reasoning effort level, each request carrying that level's exit in full
+    (resolved once per level and temperature: EvalConfig.effort_exit)."""
+    w = _worker(tmp_path, ["eagle3", "effort"])
+    w.cfg = w.cfg.model_copy(update={"efforts": ["low", "max"]})
+    w.effort_exit = {
+        (lv, t): {"method": "confidence", "confidence_threshold": c}
+        for lv, c in (("low", 0.3), ("max", 1.0))
+        for t in (0.0, 0.6)
+    }
+    problems = [
+        {"id": f"p{i}", "prompt": "Compute from left to right : 3 + 4", "gold": "7", "timed": i == 0} for i in range(2)
+    ]
+    w(pa.Table.from_pylist(problems))
+    rows = [r for f in (tmp_path / "out").glob("part-*.parquet") for r in pq.read_table(f).to_pylist()]
+    effort = sorted((r["problem_id"], r["temperature"], r["setting"]) for r in rows if r["method"] == "effort")
+    assert len(effort) == 2 * 2 * 2 and {s for *_, s in effort} == {"low", "max"}
+    sent = {sp["extra"]["confidence_threshold"] for sp in w.spec.sent if isinstance(sp.get("extra"), dict)}
+    assert sent == {0.3, 1.0}
+
+
+def test_an_effort_level_resolves_from_the_calibrated_file_and_the_draft(tmp_path):
+    from specexit_core.toy.paths import DRAFT_DIR
+
+    cal = tmp_path / "calibrated.json"
+    cal.write_text(
+        json.dumps({"exit": {}, "efforts": {"low": {"epsilon": 0.05, "exit": {"confidence_threshold": 0.3}}}})
+    )
+    cfg = EvalConfig(output="o", engine={"model": "m"}, draft=str(DRAFT_DIR), calibrated=str(cal), methods=["effort"])
+    assert cfg.effort_exit("low", 0.0)["confidence_threshold"] == 0.3
+    assert cfg.effort_exit("minimal", 0.6)["confidence_threshold"] == 0.3  # served by the next level up
+    assert cfg.effort_exit("max", 0.0)["confidence_threshold"] == 1.0  # never fires
+    with pytest.raises(ValueError, match="nothink"):
+        EvalConfig(output="o", engine={"model": "m"}, draft="d", efforts=["none"])
+    assert "effort" not in EvalConfig(output="o", engine={"model": "m"}, draft="d").methods  # opt-in
