@@ -24,6 +24,7 @@ import logging
 import shutil
 import statistics
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from pipelines.calibrate.certificate import certified_choice, prompt_losses
@@ -334,7 +335,8 @@ def run_calibration(cfg: CalibrateConfig) -> dict:
     for e in edges:
         log.warning("calibrate: the chosen %s: widen the grid to be sure nothing better lies beyond", e)
     ok_at = {t: chosen_by_t[t]["accuracy"] >= e_by_t[t] - cfg.tolerance - 1e-12 for t in points_by_t}
-    by_profile = choose_per_profile(cfg, ev, settings, traces_by_t, results_by_t, points_by_t, e_by_t, joint=i_best)
+    dev = DevReplay(settings, traces_by_t, results_by_t, points_by_t, e_by_t)
+    by_profile = choose_per_profile(cfg, ev, dev, joint=i_best)
     calib = {
         "how": "offline replay of ExitTracker over per-token draft signals computed once per EAGLE-3 dev trace "
         "(greedy, and sampled at each further calibration temperature with the evaluation's per-problem seeds); "
@@ -391,7 +393,7 @@ def run_calibration(cfg: CalibrateConfig) -> dict:
             for e in (c or {}).get("at_grid_edge", []):
                 log.warning("calibrate: %s: the chosen %s: widen the grid", name, e)
     # reasoning effort levels: the same certificate at each level's epsilon (specexit_core/exit/efforts.py)
-    efforts, calib["efforts"] = calibrate_efforts(cfg, ev, settings, traces_by_t, results_by_t, points_by_t, e_by_t)
+    efforts, calib["efforts"] = calibrate_efforts(cfg, ev, dev)
     out = {"exit": chosen, "by_profile": profile_exits(by_profile), "calibration": calib}
     if efforts:
         out["efforts"] = efforts
@@ -439,21 +441,25 @@ def run_calibration(cfg: CalibrateConfig) -> dict:
     return out
 
 
+@dataclass(frozen=True)
+class DevReplay:
+    """The grid replayed over the dev traces: what every choice made from it (per profile, per
+    reasoning effort level) reads."""
+
+    settings: list[ExitConfig]
+    traces_by_t: dict[float, list[dict]]
+    results_by_t: dict[float, list[list[tuple]]]  # [setting][trace] -> (right, think tokens, answer)
+    points_by_t: dict[float, list[dict]]  # [setting] -> {exit, accuracy, think_tokens}
+    e_by_t: dict[float, float]  # EAGLE-3's accuracy on the traces
+
+
 def _write(path: str, out: dict) -> None:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps(out, indent=2) + "\n")
 
 
 def choose_per_profile(
-    cfg: CalibrateConfig,
-    ev,
-    settings: list[ExitConfig],
-    traces_by_t: dict[float, list[dict]],
-    results_by_t: dict[float, list[list[tuple]]],
-    points_by_t: dict[float, list[dict]],
-    e_by_t: dict[float, float],
-    joint: int | None = None,
-    losses: dict | None = None,
+    cfg: CalibrateConfig, ev, replay: DevReplay, joint: int | None = None, losses: dict | None = None
 ) -> dict[str, dict]:
     """{profile name: {sampling, exit, replay, certificate, source}}: each calibration temperature's own
     choice by the config's rule (`selection`), from its traces alone; the profile is how the dev run
@@ -461,6 +467,8 @@ def choose_per_profile(
     profile's own traces: the joint certified exit (`joint`, tested at every profile; `source: joint`),
     else the exit is off there (`source: off`). A profile that falls back rests on two tests of the same
     dev prompts, so its guarantee holds at 1 - 2 delta (either test may be the one that failed)."""
+    settings, traces_by_t, results_by_t = replay.settings, replay.traces_by_t, replay.results_by_t
+    points_by_t, e_by_t = replay.points_by_t, replay.e_by_t
     out = {}
     for t, trs in traces_by_t.items():
         i_point = choose_exit({t: points_by_t[t]}, {t: e_by_t[t]}, cfg.tolerance)
@@ -498,19 +506,12 @@ def choose_per_profile(
     return out
 
 
-def calibrate_efforts(
-    cfg: CalibrateConfig,
-    ev,
-    settings: list[ExitConfig],
-    traces_by_t: dict[float, list[dict]],
-    results_by_t: dict[float, list[list[tuple]]],
-    points_by_t: dict[float, list[dict]],
-    e_by_t: dict[float, float],
-) -> tuple[dict, dict]:
+def calibrate_efforts(cfg: CalibrateConfig, ev, replay: DevReplay) -> tuple[dict, dict]:
     """The reasoning effort levels (`cfg.efforts`: level -> epsilon): at each, Learn then Test at that
     epsilon over the same replay, jointly and per sampling profile, as the certified exit is chosen.
     Returns the calibrated file's `efforts` ({level: {epsilon, exit, by_profile}}: efforts.py reads it)
     and the evidence ({level: {epsilon, certificate, by_profile}})."""
+    settings, traces_by_t, results_by_t = replay.settings, replay.traces_by_t, replay.results_by_t
     if not cfg.efforts:
         return {}, {}
     losses = prompt_losses(traces_by_t, results_by_t, cfg.loss)  # once for every level
@@ -529,9 +530,7 @@ def calibrate_efforts(
             losses=losses,
         )
         i = cert["chosen"]
-        per = choose_per_profile(
-            at, ev, settings, traces_by_t, results_by_t, points_by_t, e_by_t, joint=i, losses=losses
-        )
+        per = choose_per_profile(at, ev, replay, joint=i, losses=losses)
         efforts[level] = {
             "epsilon": eps,
             "exit": settings[i].to_dict() if i is not None else off,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipelines.report.plotting import pyplot
+from pipelines.report.plotting import pyplot, save_figure
 
 
 def _pct(x: float | None) -> str:
@@ -71,6 +71,4 @@ def plot_certificate(check: dict, path: Path) -> None:
     ax.set_title("the certified exit: promise, dev bound, test loss")
     ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)

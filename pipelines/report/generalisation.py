@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 from pipelines.common.meta_files import GENERALISATION_FILE, REPORT_DIR, meta_path
-from pipelines.report.plotting import COLORS, ORDER, pyplot
+from pipelines.report.plotting import COLORS, ORDER, pyplot, save_figure
 from pipelines.report.table_cells import ci, vs
 
 PLOT_FILE = "generalisation.png"
@@ -129,9 +129,7 @@ def plot_generalisation(g: dict, path: Path) -> None:
     for ax in list(axes.flat)[len(names) :]:
         ax.axis("off")
     fig.suptitle("accuracy (95% CI) vs think tokens, one calibrated exit across distributions", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path, dpi=100)
 
 
 def write_generalisation_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Path:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from pipelines.common.meta_files import REPORT_DIR, SUMMARY_FILE, meta_path
 from pipelines.common.run_identity import read_identity
-from pipelines.report.plotting import COLORS, ORDER, pyplot
+from pipelines.report.plotting import COLORS, ORDER, pyplot, save_figure
 from pipelines.report.table_cells import ci, vs
 
 
@@ -92,9 +92,7 @@ def plot_pareto(by_t: dict, path: Path) -> None:
         ax.set_title(f"accuracy vs thinking, T={t}")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def plot_latency(by_t: dict, path: Path) -> None:
@@ -135,9 +133,7 @@ def plot_latency(by_t: dict, path: Path) -> None:
     ax.set_title("latency (label: speed-up vs eagle3; oracle = its replay only)")
     ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def pick_traces(rows: list[dict], k: int = 4) -> list[dict]:
@@ -191,9 +187,7 @@ def plot_signals(rows: list[dict], path: Path, exit_cfg: dict | None, split_ids:
         h1, l1 = ax.get_legend_handles_labels()
         h2, l2 = ax2.get_legend_handles_labels()
         ax.legend(h1 + h2, l1 + l2, fontsize=6, loc="center right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path, dpi=100)
     return len(traces)
 
 

@@ -15,7 +15,7 @@ import argparse
 import json
 from pathlib import Path
 
-from pipelines.report.plotting import pyplot
+from pipelines.report.plotting import pyplot, save_figure
 
 SPEEDUP_PLOT = "longgen_speedup.png"
 ACCEPTANCE_PLOT = "longgen_acceptance.png"
@@ -72,9 +72,7 @@ def plot_vs_length(rows: list[dict], key: str, path: Path, ylabel: str, title: s
         ax.set_title(f"{title}, {'greedy' if t == 0 else f'T = {t:g}'}", fontsize=10)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="best")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path, dpi=100)
 
 
 def _f(x, nd: int = 2, suffix: str = "") -> str:

@@ -35,3 +35,11 @@ def pyplot():
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def save_figure(fig, path, dpi: int = 110) -> None:
+    """Lay the figure out, write it as PNG and free it (pyplot keeps every open figure)."""
+    plt = pyplot()
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)

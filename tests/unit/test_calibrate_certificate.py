@@ -148,7 +148,7 @@ def test_a_profile_its_own_test_leaves_uncertified_falls_back_to_the_joint_exit(
     monkeypatch.setattr(job, "certified_choice", lambda *a, **kw: dict(nothing))
     traces = {0.0: _traces(4)}
     points = {0.0: [{"accuracy": 1.0, "think_tokens": x} for x in (90, 60, 20)]}
-    args = (cfg, ev, settings, traces, {0.0: _outcomes(4)}, points, {0.0: 1.0})
+    args = (cfg, ev, job.DevReplay(settings, traces, {0.0: _outcomes(4)}, points, {0.0: 1.0}))
     fell_back = job.choose_per_profile(*args, joint=1)["T0"]
     assert fell_back["source"] == "joint" and fell_back["exit"] == settings[1].to_dict()
     assert fell_back["replay"]["think_tokens"] == 60 and fell_back["certificate"]["chosen"] is None
