@@ -75,7 +75,8 @@ class SpecExitVLLMEngine(VLLMEngine):
             server_defaults(block.exit_defaults, block.exit_profiles, block.exit_efforts) if block else None
         )
         self._long_defaults = server_long_defaults() if block else None
-        self._think_end_id = int(block.token_ids["think_end"]) if block else self._tokenizer_think_end()
+        self._think_end_id = int(block.token_ids["think_end"]) if block else self._tokenizer_id("</think>")
+        self._think_start_id = int(block.token_ids["think_start"]) if block else self._tokenizer_id("<think>")
         tdir = os.environ.get(TELEMETRY_DIR_ENV)
         self._events = ExitEventIndex(tdir) if (tdir and block) else None
         self._aborts = 0
@@ -96,9 +97,9 @@ class SpecExitVLLMEngine(VLLMEngine):
             "SpecExit serving: active=%s think_end=%s telemetry=%s", self._specexit_active, self._think_end_id, tdir
         )
 
-    def _tokenizer_think_end(self) -> int | None:
+    def _tokenizer_id(self, token: str) -> int | None:
         try:
-            tid = self._engine_client.tokenizer.convert_tokens_to_ids("</think>")
+            tid = self._engine_client.tokenizer.convert_tokens_to_ids(token)
             return tid if isinstance(tid, int) and tid >= 0 else None
         except Exception:
             return None
@@ -134,6 +135,26 @@ class SpecExitVLLMEngine(VLLMEngine):
             ).enabled
         except ValueError:
             return False  # vLLM answers 400 for it anyway
+
+    def _apply_think_budget(self, request) -> None:
+        """`thinking_token_budget` (vLLM's name) becomes the request control `specexit_max_think_tokens`
+        (the smaller of the two when both are given) on a request SpecExit runs: the exit hook's budget
+        holds exactly inside speculative steps (a step that runs past it is cut there), where vLLM's
+        sampler-side budget does not with speculative decoding on (vLLM issues #39573, #54906), and it needs
+        no `--reasoning-config`. A request with SpecExit off keeps vLLM's own budget."""
+        budget = getattr(request, "thinking_token_budget", None)
+        if budget is None or not self._enabled(request):
+            return
+        if budget < 1:
+            raise ValueError(
+                "thinking_token_budget 0: to answer without thinking, use reasoning_effort 'none' "
+                "(the template's enable_thinking: false)"
+            )
+        xargs = dict(getattr(request, "vllm_xargs", None) or {})
+        given = xargs.get("specexit_max_think_tokens")
+        xargs["specexit_max_think_tokens"] = budget if given in (None, "none") else min(int(float(given)), budget)
+        request.vllm_xargs = xargs
+        request.thinking_token_budget = None  # one budget, ours
 
     def _apply_effort(self, request) -> dict | None:
         """The request's reasoning effort: `reasoning_effort` (vLLM's chat field, which on its own only
@@ -185,6 +206,7 @@ class SpecExitVLLMEngine(VLLMEngine):
         want_ids = bool(getattr(request, "return_token_ids", False))
         request.return_token_ids = True  # think tokens are counted on ids, not re-tokenized text
         usage = _UsageContext(self._apply_effort(request), _thinking_closed(request))
+        self._apply_think_budget(request)
         enabled = self._enabled(request)
         long_on = self._long_enabled(request)
         n = None if chat else max(int(getattr(request, "n", None) or 1), 1)
@@ -236,7 +258,15 @@ class SpecExitVLLMEngine(VLLMEngine):
             fb = self._events.pop_fallback(*key) if self._events is not None else None
             lg = self._events.pop_long(*key) if self._events is not None else None
             choices.append(
-                choice_telemetry(token_ids_by_choice[i], self._think_end_id, ev, fb, lg, usage.thinking_closed)
+                choice_telemetry(
+                    token_ids_by_choice[i],
+                    self._think_end_id,
+                    ev,
+                    fb,
+                    lg,
+                    usage.thinking_closed,
+                    getattr(self, "_think_start_id", None),
+                )
             )
         return usage_block(enabled, choices or [choice_telemetry([], self._think_end_id, None)], usage.effort)
 

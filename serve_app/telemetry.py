@@ -115,10 +115,13 @@ def choice_telemetry(
     fallback: str | None = None,
     long: dict | None = None,
     thinking_closed: bool = False,
+    think_start_id: int | None = None,
 ) -> dict:
     """One choice's fields. think_tokens: generated tokens before the first `</think>` (all of them
     when it never came, none when the prompt closed thinking: `thinking_closed`, e.g. effort `none`,
-    `enable_thinking: false`); with an exit, the tokens up to and including the split token. fallback: why
+    `enable_thinking: false`), the markers not counted: a `<think>` the model writes itself (Qwen3)
+    is not a think token, as for a think budget; with an exit, the tokens up to and including the
+    split token. fallback: why
     the worker ran this choice without SpecExit (its settings or the hook failed), else None. long:
     the long mode's counts ({config, steps, ngram_/eagle_ steps, drafted_tokens, accepted_tokens,
     penalised_rows, fallback}), None for a request without it."""
@@ -127,6 +130,8 @@ def choice_telemetry(
         think = ids.index(think_end_id)
     else:
         think = 0 if thinking_closed else len(ids)
+    if think and think_start_id is not None and ids[0] == think_start_id:
+        think -= 1  # the model's own opening marker
     smoothed = (event or {}).get("smoothed") or None
     remaining = smoothed.get("remaining") if smoothed else None
     return {

@@ -249,6 +249,9 @@ def test_reasoning_effort_through_serve(client):
     assert s_top["effort"]["served_by"] == "max" and not s_top["exited"]
     assert s_top["think_tokens"] > s_low["think_tokens"]
     assert s_none["think_tokens"] == 0 and not s_none["exited"] and none.choices[0].message.content
+    # vLLM's `thinking_token_budget`: the exit hook's exact budget (no --reasoning-config needed)
+    budget = specexit_usage(chat(client, extra_body={"thinking_token_budget": 7}))
+    assert budget["exited"] and budget["exit_reason"] == "max_think_tokens" and budget["think_tokens"] == 7
 
 
 def test_long_mode_usage_through_serve(client):
@@ -290,6 +293,7 @@ def test_long_mode_usage_through_serve(client):
         ({**GOOD, "vllm_xargs": {"long_penalty_theta": -1}}, 400, "theta"),
         ({**GOOD, "reasoning_effort": "turbo"}, 400, "reasoning_effort"),
         ({**GOOD, "vllm_xargs": {"specexit_effort": "turbo"}}, 400, "reasoning effort"),
+        ({**GOOD, "thinking_token_budget": 0}, 400, "reasoning_effort 'none'"),
         ({**GOOD, "messages": [{"author": {"role": "user"}, "content": [], "!": []}]}, 400, "no 'role'"),
         ({**GOOD, "max_tokens": 300, "response_format": {"type": "json_object"}}, 400, "output format"),
     ],
@@ -310,6 +314,7 @@ def test_long_mode_usage_through_serve(client):
         "long-penalty-theta",
         "reasoning-effort",
         "specexit-effort",
+        "thinking-budget-zero",
         "harmony-message",  # found by the fuzzer: no role, KeyError in the replica (500) before the fix
         # found by the fuzzer: the toy's vocabulary has no "{", so a JSON grammar admits no token and vLLM
         # ends the request as an internal error (500 before the fix)

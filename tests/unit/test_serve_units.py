@@ -329,3 +329,36 @@ def test_reasoning_effort_becomes_the_request_control_and_usage_reports_it():
     u = usage_block(True, [choice_telemetry(answer, 269, None, thinking_closed=True)], {"effort": "none"})
     assert u["effort"] == {"effort": "none"} and u["think_tokens"] == 0
     assert _UsageContext().effort is None
+
+
+def test_thinking_token_budget_becomes_the_exact_exit_budget():
+    """`thinking_token_budget` on a request SpecExit runs: the hook's exact budget (the smaller of the two
+    when both are given), vLLM's own cleared; with SpecExit off, vLLM's is kept; 0 is a clear 400."""
+    from types import SimpleNamespace
+
+    import pytest
+
+    from serve_app.engine import SpecExitVLLMEngine
+    from serve_app.telemetry import choice_telemetry
+    from specexit_core.exit.profiles import resolve_exit_defaults
+
+    eng = SimpleNamespace(_specexit_active=True, _exit_defaults=resolve_exit_defaults(None, None, None))
+    eng._enabled = lambda r: SpecExitVLLMEngine._enabled(eng, r)
+
+    def req(budget, xargs=None):
+        return SimpleNamespace(thinking_token_budget=budget, vllm_xargs=xargs, temperature=0.0, top_p=None, top_k=None)
+
+    r = req(8)
+    SpecExitVLLMEngine._apply_think_budget(eng, r)
+    assert r.vllm_xargs == {"specexit_max_think_tokens": 8} and r.thinking_token_budget is None
+    r = req(8, {"specexit_max_think_tokens": 5})
+    SpecExitVLLMEngine._apply_think_budget(eng, r)
+    assert r.vllm_xargs["specexit_max_think_tokens"] == 5
+    off = req(8, {"specexit_enabled": 0})
+    SpecExitVLLMEngine._apply_think_budget(eng, off)
+    assert off.thinking_token_budget == 8 and "specexit_max_think_tokens" not in off.vllm_xargs
+    with pytest.raises(ValueError, match="reasoning_effort 'none'"):
+        SpecExitVLLMEngine._apply_think_budget(eng, req(0))
+    # usage counts think tokens as the budget does: a `<think>` the model writes is not one
+    assert choice_telemetry([40, 7, 7, 41, 9], 41, None, think_start_id=40)["think_tokens"] == 2
+    assert choice_telemetry([7, 7, 41, 9], 41, None, think_start_id=40)["think_tokens"] == 2
