@@ -162,6 +162,8 @@ class EvalConfig(StrictModel):
         if self.top_p == 1.0 and self.top_k == 0:  # likewise the sampling profile, off by default
             d.pop("top_p", None)
             d.pop("top_k", None)
+        if "effort" not in self.methods:  # and the effort levels, which only the `effort` method reads
+            d.pop("efforts", None)
         if self.peer_probe_problems is None:  # and probing every problem's peer candidates
             d.pop("peer_probe_problems", None)
         if self.samples == 1 and self.sample_methods is None:  # and one sample per problem

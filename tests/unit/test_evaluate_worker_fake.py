@@ -392,4 +392,7 @@ def test_an_effort_level_resolves_from_the_calibrated_file_and_the_draft(tmp_pat
     assert cfg.effort_exit("max", 0.0)["confidence_threshold"] == 1.0  # never fires
     with pytest.raises(ValueError, match="nothink"):
         EvalConfig(output="o", engine={"model": "m"}, draft="d", efforts=["none"])
-    assert "effort" not in EvalConfig(output="o", engine={"model": "m"}, draft="d").methods  # opt-in
+    plain = EvalConfig(output="o", engine={"model": "m"}, draft="d")
+    assert "effort" not in plain.methods  # opt-in
+    # without the effort method the dump (a run's identity) is what it was before efforts existed
+    assert "efforts" not in plain.model_dump() and "efforts" in cfg.model_dump()
