@@ -265,7 +265,7 @@ class SpecExitVLLMEngine(VLLMEngine):
                     fb,
                     lg,
                     usage.thinking_closed,
-                    getattr(self, "_think_start_id", None),
+                    self._think_start_id,
                 )
             )
         return usage_block(enabled, choices or [choice_telemetry([], self._think_end_id, None)], usage.effort)

@@ -12,6 +12,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
+from specexit_core.exit.efforts import EXIT_LEVELS
 from specexit_core.teachers.model_ref import builtin_teachers
 from specexit_core.typed_config import ConfigError, StrictModel, load_config, read_yaml, resolve_path
 
@@ -95,7 +96,7 @@ class DemoConfig(StrictModel):
     calibrate_samples: int = Field(1, ge=1)
     eval_samples: int = Field(1, ge=1)
     # the reasoning effort levels the evaluation runs SpecExit at ([]: none; `by_effort` in demo.json)
-    eval_efforts: list[str] = Field(default_factory=lambda: ["minimal", "low", "medium", "high", "xhigh", "max"])
+    eval_efforts: list[str] = Field(default_factory=lambda: list(EXIT_LEVELS))
     # the evaluation's temperatures, and so the calibration's (the exit must hold at each; 0.0 first)
     temperatures: list[float] = Field(default_factory=lambda: [0.0, 0.6])
     serve_port: int = Field(8000, ge=1, le=65535)

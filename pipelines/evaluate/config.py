@@ -17,6 +17,7 @@ from pydantic import Field, field_validator, model_serializer, model_validator
 from pipelines.common.config import EngineConfig, RayConfig
 from pipelines.common.methods import METHODS
 from pipelines.common.prompt_source import InputConfig
+from specexit_core.exit.efforts import EXIT_LEVELS
 from specexit_core.teachers.model_ref import resolve_model
 from specexit_core.typed_config import StrictModel, resolve_path
 
@@ -87,7 +88,7 @@ class EvalConfig(StrictModel):
     # the reasoning effort levels the `effort` method runs, each at its certified exit (the calibrated
     # file's `efforts`, else the draft's `exit_efforts`; specexit_core/exit/efforts.py's rule for a level
     # neither has): one row per level
-    efforts: list[str] = Field(default_factory=lambda: ["minimal", "low", "medium", "high", "xhigh", "max"])
+    efforts: list[str] = Field(default_factory=lambda: list(EXIT_LEVELS))
     temperatures: list[float] = Field(default_factory=lambda: [0.0, 0.6])  # first one = the headline table
     # The sampling profile at every sampled temperature (greedy ignores them): nucleus top-p (1: off) and
     # top-k (0: off), e.g. Qwen3's recommended 0.95 / 20. With the temperature they name the profile a

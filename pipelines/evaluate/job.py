@@ -31,6 +31,7 @@ from pipelines.common.run_identity import (
     refuse_changed_rows,
     write_identity,
 )
+from pipelines.evaluate.certificate_check import COLUMNS as CHECK_COLUMNS
 from pipelines.evaluate.config import SWEEPS, EvalConfig, TargetsConfig
 from pipelines.evaluate.intervals import accuracy_ci95, paired_diff_ci95, paired_ratio_ci95, within_points
 from pipelines.evaluate.rules import best_setting
@@ -423,8 +424,10 @@ def run_evaluation(cfg: EvalConfig) -> dict:
                 rec["errors"],
             )
         busy = time.time() - tb
-    rows = read_all(cfg.output, _AGG_COLUMNS).to_pylist()
-    rows = [r for r in rows if r["problem_id"] in set(expected)]
+    # the certificate check (a calibrated file) reads a few more columns: one read for both
+    columns = _AGG_COLUMNS + ([c for c in CHECK_COLUMNS if c not in _AGG_COLUMNS] if cfg.calibrated else [])
+    wanted = set(expected)
+    rows = [r for r in read_all(cfg.output, columns).to_pylist() if r["problem_id"] in wanted]
     by_t = aggregate(rows, tolerance=cfg.accuracy_tolerance, budget_chosen=cfg.budget_chosen)
     head = f"{cfg.temperatures[0]:g}"
     summary = {
@@ -454,12 +457,10 @@ def run_evaluation(cfg: EvalConfig) -> dict:
     }
     if cfg.calibrated:  # the certified exit on these (new) problems: pipelines/evaluate/certificate_check.py
         from pipelines.common.graders import EXTRACTORS
-        from pipelines.evaluate.certificate_check import COLUMNS, certificate_check
+        from pipelines.evaluate.certificate_check import certificate_check
 
-        wanted = set(expected)
-        checked = [r for r in read_all(cfg.output, COLUMNS).to_pylist() if r["problem_id"] in wanted]
         summary["certificate_check"] = certificate_check(
-            checked, cfg.calibrated, summary["sampling_profiles"], EXTRACTORS[cfg.grader]
+            rows, cfg.calibrated, summary["sampling_profiles"], EXTRACTORS[cfg.grader]
         )
     write_meta(cfg.output, SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")
     return summary

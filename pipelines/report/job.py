@@ -38,6 +38,25 @@ def pareto_front(points: list[tuple[float, float]]) -> list[tuple[float, float]]
     return front
 
 
+def _sweep_curve(ax, d: dict, method: str, label: str, *, marker: str, alpha: float, ms: int, label_dy: int) -> list:
+    """One sweep (`d["sweeps"][method]`: a budget per point, or an effort level) as a labelled curve;
+    returns its (think tokens, accuracy %) points."""
+    sweep = [p for p in d["sweeps"].get(method, []) if p.get("n")]
+    xs, ys = [p["think_tokens"] for p in sweep], [100 * p["accuracy"] for p in sweep]
+    if sweep:
+        ax.plot(xs, ys, "-" + marker, color=COLORS[method], alpha=alpha, ms=ms, label=label)
+        for p, x, y in zip(sweep, xs, ys):
+            ax.annotate(
+                str(p["setting"]),
+                (x, y),
+                fontsize=7,
+                color=COLORS[method],
+                xytext=(3, label_dy),
+                textcoords="offset points",
+            )
+    return list(zip(xs, ys))
+
+
 def plot_pareto(by_t: dict, path: Path) -> None:
     plt = pyplot()
     temps = list(by_t)
@@ -45,29 +64,9 @@ def plot_pareto(by_t: dict, path: Path) -> None:
     for ax, t in zip(axes[0], temps):
         d = by_t[t]
         pts = []
-        sweep = [p for p in d["sweeps"].get("budget", []) if p.get("n")]
-        if sweep:
-            xs, ys = [p["think_tokens"] for p in sweep], [100 * p["accuracy"] for p in sweep]
-            ax.plot(xs, ys, "-o", color=COLORS["budget"], alpha=0.5, ms=4, label="budget sweep")
-            for p, x, y in zip(sweep, xs, ys):
-                ax.annotate(
-                    str(p["setting"]),
-                    (x, y),
-                    fontsize=7,
-                    color=COLORS["budget"],
-                    xytext=(3, -9),
-                    textcoords="offset points",
-                )
-            pts += list(zip(xs, ys))
-        levels = [p for p in d["sweeps"].get("effort", []) if p.get("n")]
-        if levels:  # SpecExit at each reasoning effort level, least thinking first
-            xs, ys = [p["think_tokens"] for p in levels], [100 * p["accuracy"] for p in levels]
-            ax.plot(xs, ys, "-s", color=COLORS["effort"], ms=5, label="reasoning effort")
-            for p, x, y in zip(levels, xs, ys):
-                ax.annotate(
-                    p["setting"], (x, y), fontsize=7, color=COLORS["effort"], xytext=(3, 4), textcoords="offset points"
-                )
-            pts += list(zip(xs, ys))
+        pts += _sweep_curve(ax, d, "budget", "budget sweep", marker="o", alpha=0.5, ms=4, label_dy=-9)
+        # SpecExit at each reasoning effort level, least thinking first
+        pts += _sweep_curve(ax, d, "effort", "reasoning effort", marker="s", alpha=1.0, ms=5, label_dy=4)
         for m in ORDER:
             r = d["methods"].get(m)
             if not r or not r.get("n"):

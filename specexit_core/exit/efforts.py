@@ -26,6 +26,8 @@ EFFORTS: tuple[str, ...] = ("none", "minimal", "low", "medium", "high", "xhigh",
 DEFAULT_EPSILONS = MappingProxyType({"minimal": 0.10, "low": 0.05, "medium": 0.02, "high": 0.01, "xhigh": 0.005})
 NO_EARLY_EXIT = "max"
 THINKING_OFF = "none"
+# the levels SpecExit runs at (every one but `none`, which is the NoThinking baseline)
+EXIT_LEVELS: tuple[str, ...] = EFFORTS[1:]
 # the request control that carries a level (`vllm_xargs`); the Serve endpoint sets it from `reasoning_effort`
 EFFORT_CONTROL = "specexit_effort"
 
@@ -58,8 +60,5 @@ def serving_level(level: str, available: Iterable[str]) -> str | None:
     level = parse_effort(level)
     if level == THINKING_OFF:
         return None
-    have = set(available)
-    for candidate in EFFORTS[EFFORTS.index(level) :]:
-        if candidate in have or candidate == NO_EARLY_EXIT:
-            return candidate
-    return NO_EARLY_EXIT  # unreachable: `max` ends EFFORTS
+    have = set(available) | {NO_EARLY_EXIT}  # `max` ends EFFORTS: every level finds one
+    return next(c for c in EFFORTS[EFFORTS.index(level) :] if c in have)

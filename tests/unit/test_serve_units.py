@@ -232,6 +232,7 @@ def test_stream_rewriter():
 
     class Eng:
         _think_end_id = 269
+        _think_start_id = 268
         _events = None
 
     from serve_app.engine import SpecExitVLLMEngine
