@@ -26,6 +26,7 @@ from serve_app.ray_llm import init_fastapi, to_model_metadata
 from serve_app.routing import ROUTER_PATH
 from serve_app.server import SpecExitLLMServer
 from specexit_core.exit import EXIT_CONFIG_ENV
+from specexit_core.exit.efforts import DEFAULT_EFFORT_ENV
 from specexit_core.vllm_env import cpu_engine_env
 from specexit_core.vllm_plugin.long_controls import LONG_DEFAULTS_ENV
 from specexit_core.vllm_plugin.telemetry import TELEMETRY_DIR_ENV
@@ -79,6 +80,8 @@ def llm_config(a: AppArgs) -> LLMConfig:
             env.setdefault(k, v)
     if a.specexit.exit_defaults:
         env[EXIT_CONFIG_ENV] = json.dumps(a.specexit.exit_defaults)
+    if a.specexit.default_effort:
+        env[DEFAULT_EFFORT_ENV] = a.specexit.default_effort
     if a.specexit.telemetry_dir:
         env[TELEMETRY_DIR_ENV] = a.specexit.telemetry_dir
     if a.specexit.long_defaults:

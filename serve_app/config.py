@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from specexit_core.exit import ExitConfig
+from specexit_core.exit.efforts import parse_effort
 from specexit_core.teachers.model_ref import resolve_model
 from specexit_core.typed_config import StrictModel, load_config
 from specexit_core.vllm_plugin.long_controls import KEY as LONG_KEY
@@ -108,6 +109,18 @@ class SpecExitArgs(ServeArgs):
         "request control: ngram, ngram_min, ngram_max, ngram_policy, penalty {theta, window}); requests override them, "
         "`long: 0` turns it off. Empty: off unless a request asks (docs/longgen.md)",
     )
+
+    default_effort: str | None = Field(
+        None,
+        description="the reasoning effort of a request that gives none (`reasoning_effort` or "
+        "`vllm_xargs.specexit_effort`): none | minimal | low | medium | high | xhigh | max. Unset: "
+        "such a request runs at the exit defaults",
+    )
+
+    @field_validator("default_effort")
+    @classmethod
+    def _valid_effort(cls, v: str | None) -> str | None:
+        return None if v is None else parse_effort(v)
 
     @field_validator("exit_defaults")
     @classmethod

@@ -35,7 +35,7 @@ from serve_app.ray_llm import VLLMEngine, skip_noop_node_init
 from serve_app.replica import replica_tag
 from serve_app.telemetry import ExitEventIndex, choice_telemetry, usage_block
 from specexit_core.draft.config import SpecExitFields, read_specexit_fields
-from specexit_core.exit.efforts import EFFORT_CONTROL, THINKING_OFF
+from specexit_core.exit.efforts import DEFAULT_EFFORT_ENV, EFFORT_CONTROL, THINKING_OFF, parse_effort
 from specexit_core.vllm_env import run_model_in_engine_core
 from specexit_core.vllm_plugin.controls import request_effort, request_exit_config, sampling_profile, server_defaults
 from specexit_core.vllm_plugin.long_controls import request_long_config, server_long_defaults
@@ -75,6 +75,9 @@ class SpecExitVLLMEngine(VLLMEngine):
             server_defaults(block.exit_defaults, block.exit_profiles, block.exit_efforts) if block else None
         )
         self._long_defaults = server_long_defaults() if block else None
+        self._default_effort = (
+            parse_effort(os.environ[DEFAULT_EFFORT_ENV]) if os.environ.get(DEFAULT_EFFORT_ENV) else None
+        )
         self._think_end_id = int(block.token_ids["think_end"]) if block else self._tokenizer_id("</think>")
         self._think_start_id = int(block.token_ids["think_start"]) if block else self._tokenizer_id("<think>")
         tdir = os.environ.get(TELEMETRY_DIR_ENV)
@@ -160,11 +163,15 @@ class SpecExitVLLMEngine(VLLMEngine):
         """The request's reasoning effort: `reasoning_effort` (vLLM's chat field, which on its own only
         turns thinking off for `none`) becomes the request control `specexit_effort` (one given in
         `vllm_xargs` wins), so the worker exits at that level's certified operating point
-        (specexit_core/exit/efforts.py). Returns what usage reports, or None (no level, or no SpecExit)."""
+        (specexit_core/exit/efforts.py). A request with neither gets the deployment's default level
+        (`specexit.default_effort`), as if it had sent it: `none` then closes thinking in the template
+        too. Returns what usage reports, or None (no level, or no SpecExit)."""
         if not self._specexit_active:
             return None
         level = getattr(request, "reasoning_effort", None)
         xargs = dict(getattr(request, "vllm_xargs", None) or {})
+        if level is None and EFFORT_CONTROL not in xargs and self._default_effort is not None:
+            level = request.reasoning_effort = self._default_effort
         if level is not None and EFFORT_CONTROL not in xargs:
             xargs[EFFORT_CONTROL] = level
             request.vllm_xargs = xargs

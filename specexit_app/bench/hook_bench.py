@@ -76,8 +76,10 @@ class SyntheticRunner:
         self.input_ids = torch.zeros(0, dtype=torch.int32)
         self.positions = torch.zeros(0, dtype=torch.int64)
 
-    def add(self, req_id: str, n_prompt: int, extra_args: dict | None = None) -> None:
-        self.requests[req_id] = SyntheticRequest(SimpleNamespace(extra_args=extra_args), n_prompt)
+    def add(self, req_id: str, n_prompt: int, extra_args: dict | None = None, max_tokens: int = 100_000) -> None:
+        """A request; its `max_tokens` (vLLM's engine always has one) far off unless a test sets it."""
+        sp = SimpleNamespace(extra_args=extra_args, max_tokens=max_tokens)
+        self.requests[req_id] = SyntheticRequest(sp, n_prompt)
 
     def step(self, batch: list[tuple[str, list[int], int]], aux: list[torch.Tensor], vocab: int):
         """batch: (req_id, input tokens [last committed, drafts...], position of input 0)."""

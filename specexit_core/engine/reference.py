@@ -23,6 +23,7 @@ from specexit_core.draft.model import DraftKV, SpecExitDraft
 from specexit_core.engine.types import AcceptanceStats, GenerationRequest, GenerationResult
 from specexit_core.engine.verify import verify_greedy, verify_sampled
 from specexit_core.exit import ExitConfig, ExitTracker, split_token_ids
+from specexit_core.exit.answer_reserve import reported, with_answer_reserve
 from specexit_core.signals import activate
 
 
@@ -120,6 +121,7 @@ class ReferenceEngine:
     def _generate_one(self, req: GenerationRequest) -> GenerationResult:
         cfg = req.exit if req.exit is not None else self.exit_config
         use_exit = self.draft is not None and bool(self.draft.cfg.signals) and cfg.enabled
+        cfg, reserve = with_answer_reserve(cfg, req.max_tokens)  # as the vLLM hook: answer_reserve.py
         tracker = (
             ExitTracker(
                 cfg,
@@ -158,7 +160,7 @@ class ReferenceEngine:
                 if tracker is not None and decision is None:
                     dec = tracker.append(t)
                     if dec is not None:
-                        decision = dec
+                        decision = reported(dec, reserve)
                         committed.append(self.think_end_id)  # keep through the split token, force </think>
                         break
                 if t == self.eos_id:

@@ -7,6 +7,7 @@ the per-token policy the engines run, its offline replay, and the paragraph-brea
   smoothing     the EWMA step
   thresholds    passes(): the threshold check at a paragraph break
   policy        ExitTracker / ExitDecision / decide: the decision the engines take
+  answer_reserve  the think budget that leaves an answer its tokens of max_tokens
   replay        the same decision for a grid of settings over a finished trace (calibration)
   split_tokens  which tokens are paragraph breaks, for any tokenizer
 """

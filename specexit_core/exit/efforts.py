@@ -30,6 +30,8 @@ THINKING_OFF = "none"
 EXIT_LEVELS: tuple[str, ...] = EFFORTS[1:]
 # the request control that carries a level (`vllm_xargs`); the Serve endpoint sets it from `reasoning_effort`
 EFFORT_CONTROL = "specexit_effort"
+# the deployment's level for a request that names none (Serve: `specexit.default_effort` sets it)
+DEFAULT_EFFORT_ENV = "SPECEXIT_DEFAULT_EFFORT"
 
 
 def parse_effort(value: object) -> str:

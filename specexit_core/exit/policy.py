@@ -30,7 +30,7 @@ from specexit_core.exit.thresholds import passes
 @dataclass(frozen=True)
 class ExitDecision:
     index: int  # generated-token index after which </think> is forced
-    reason: str  # "signals" or "max_think_tokens"
+    reason: str  # "signals" or "max_think_tokens" (the engines report "answer_reserve" for the reserve's budget)
     think_tokens: int  # think tokens up to and including `index`
     # EWMA of all three signals over the think tokens before `index`; empty for budget
     # exits, which do not depend on signals (and whose signals may not have arrived).

@@ -28,7 +28,7 @@ EXIT_CONFIG_ENV = "SPECEXIT_EXIT_CONFIG"
 NEVER_FIRES: Mapping[str, Any] = MappingProxyType({"method": "confidence", "confidence_threshold": 1.0})
 
 _FLOATS = ("confidence_threshold", "progress_threshold", "remaining_threshold", "alpha")
-_INTS = ("min_think_tokens", "max_think_tokens")
+_INTS = ("min_think_tokens", "max_think_tokens", "answer_reserve_tokens")
 
 
 def _typed(name: str, value: Any, kind: type | tuple[type, ...]) -> Any:
@@ -53,6 +53,9 @@ class ExitConfig(StrictModel):
     alpha: float = 0.1  # EWMA weight of the newest value
     min_think_tokens: int = 0  # no signal exit before this many think tokens
     max_think_tokens: int | None = None  # hard budget: exit right after this many
+    # never an empty answer: thinking ends early enough to leave this many tokens of max_tokens to
+    # the answer (answer_reserve.py; 0 = off)
+    answer_reserve_tokens: int = 16
 
     # -- types first (mode="before": pydantic's lax coercion would accept "0.8", True, 3.0) -----
     @field_validator("enabled", mode="before")
@@ -103,11 +106,11 @@ class ExitConfig(StrictModel):
             raise ValueError(f"alpha must be in (0, 1], got {v}")
         return v
 
-    @field_validator("min_think_tokens")
+    @field_validator("min_think_tokens", "answer_reserve_tokens")
     @classmethod
-    def _non_negative(cls, v: int) -> int:
+    def _non_negative(cls, v: int, info) -> int:
         if v < 0:
-            raise ValueError(f"min_think_tokens must be >= 0, got {v}")
+            raise ValueError(f"{info.field_name} must be >= 0, got {v}")
         return v
 
     @field_validator("max_think_tokens")

@@ -38,6 +38,7 @@ class ToyEval:
 
 
 def prompt_ids(tok, p: Problem) -> list[int]:
+    """The prompt token ids of a toy problem in the teacher's chat template (generation prompt on)."""
     text = tok.apply_chat_template([{"role": "user", "content": p.prompt}], tokenize=False, add_generation_prompt=True)
     return tok(text, add_special_tokens=False)["input_ids"]
 

@@ -41,7 +41,7 @@ def _coerce(name: str, value: Any) -> Any:
         raise ValueError(f"specexit_enabled must be a boolean (true/false/0/1), got {value!r}")
     if name == "max_think_tokens" and (value is None or value == "none"):
         return None
-    if name in ("min_think_tokens", "max_think_tokens") and isinstance(value, float) and value.is_integer():
+    if name.endswith("_tokens") and isinstance(value, float) and value.is_integer():
         return int(value)
     if isinstance(value, str) and name != "method":
         try:

@@ -48,6 +48,7 @@ import torch
 
 from specexit_core.draft.config import read_specexit_fields
 from specexit_core.exit import ExitConfig, ExitDecision
+from specexit_core.exit.answer_reserve import reported, with_answer_reserve
 from specexit_core.exit.batch_tracker import ERROR, BatchTrackers, ScanEvent, new_events, scan_events
 from specexit_core.exit.signal_names import SIGNALS
 from specexit_core.signals import activate
@@ -69,6 +70,7 @@ class _ReqState:
     pending: tuple[int, int, ExitDecision] | None = None  # forced: (split token idx, token, decision)
     exit: ExitDecision | None = None  # realised exit
     fallback: str | None = None  # why this request runs without exit
+    reserve: bool = False  # its think budget is the answer reserve's (answer_reserve.py)
     done: bool = False  # thinking over (exited or `</think>` committed), or fallen back: nothing left to do
 
 
@@ -133,7 +135,8 @@ class SpecExitRunnerState:
             st = self.reqs[req_id] = _ReqState(cfg=None, slot=None)
             self.counters["requests"] += 1
             try:  # the front end validated against the same defaults; this is the safety net
-                st.cfg = request_exit_config(extra, self.defaults, sampling_profile(sp) if sp is not None else None)
+                cfg = request_exit_config(extra, self.defaults, sampling_profile(sp) if sp is not None else None)
+                st.cfg, st.reserve = with_answer_reserve(cfg, sp.max_tokens if sp is not None else None)
             except Exception as e:  # noqa: BLE001
                 self._fall_back(req_id, st, f"invalid SpecExit settings: {e}")
                 return st
@@ -323,7 +326,7 @@ class SpecExitRunnerState:
             if ev.kind == ERROR:
                 raise ValueError(f"signals of a token must be 3 finite numbers (column {ev.col} of this step)")
             gen = self._gen_index(stream, r, ev.col)
-            dec = ExitDecision(gen, ev.kind, ev.think_tokens, ev.smoothed)
+            dec = reported(ExitDecision(gen, ev.kind, ev.think_tokens, ev.smoothed), st.reserve)
             tok = int(stream.tok[ev.col, r])
             if not ev.committed:  # a split token among the drafts: force the token after it
                 st.pending = (gen, tok, dec)

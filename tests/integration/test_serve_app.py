@@ -242,7 +242,8 @@ def test_specexit_controls_change_the_output(client):
 def test_reasoning_effort_through_serve(client):
     """`reasoning_effort` with the openai client (specexit_core/exit/efforts.py): this server has no
     calibrated levels, so every level but `max` keeps its own exit (`served_by: default`); `max` never
-    exits early; `none` closes thinking in the prompt: no think tokens, and an answer."""
+    exits early; `none` closes thinking in the prompt: no think tokens, and an answer; a `max_tokens`
+    that would end inside thinking leaves the answer its reserve at every level."""
     low, top, none = (chat(client, reasoning_effort=e) for e in ("low", "max", "none"))
     s_low, s_top, s_none = map(specexit_usage, (low, top, none))
     assert s_low["effort"] == {"effort": "low", "served_by": "default", "epsilon": None} and s_low["exited"]
@@ -252,6 +253,14 @@ def test_reasoning_effort_through_serve(client):
     # vLLM's `thinking_token_budget`: the exit hook's exact budget (no --reasoning-config needed)
     budget = specexit_usage(chat(client, extra_body={"thinking_token_budget": 7}))
     assert budget["exited"] and budget["exit_reason"] == "max_think_tokens" and budget["think_tokens"] == 7
+    # the answer reserve (#40 item 3): max_tokens 30 inside this prompt's thinking, even at effort max
+    assert s_top["think_tokens"] > 30
+    off = chat(client, {"specexit_enabled": 0}, max_tokens=30)
+    assert not off.choices[0].message.content and off.choices[0].finish_reason == "length"  # EAGLE-3 alone
+    kept = chat(client, reasoning_effort="max", max_tokens=30)
+    s_kept = specexit_usage(kept)
+    assert s_kept["exit_reason"] == "answer_reserve" and s_kept["think_tokens"] == 30 - 16 - 2
+    assert kept.choices[0].message.content and kept.choices[0].finish_reason == "stop"
 
 
 def test_long_mode_usage_through_serve(client):

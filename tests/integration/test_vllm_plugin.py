@@ -127,6 +127,43 @@ def test_exit_matches_reference_engine(llm, prompts, reference_out, teacher, tel
     assert same >= 0.95 * len(prompts), f"{same}/{len(prompts)} identical"
 
 
+def answer_text(ids, close, eos, tok) -> str:
+    """What the client sees as content: the text after `</think>` ("" when thinking never closed)."""
+    ids = strip_eos(ids, eos)
+    return tok.decode(ids[ids.index(close) + 1 :]).strip() if close in ids else ""
+
+
+def test_answer_reserve_never_leaves_an_empty_answer(llm, stock, prompts, reference, teacher, telemetry_dir):
+    """#40 item 3 on the real engine: max_tokens 40 and effort `max` (the signals never fire). Stock
+    EAGLE-3 runs out inside thinking and answers nothing on some prompts; SpecExit closes thinking
+    after 40 - 16 - 2 = 22 think tokens, every answer is there, the exit is reported as
+    `answer_reserve`, and the reference engine places it on the same token."""
+    from vllm import SamplingParams
+
+    from specexit_core.exit.answer_reserve import ANSWER_RESERVE
+    from specexit_core.vllm_plugin.telemetry import read_exit_events, request_telemetry
+
+    _, tok = teacher
+    close, eos, sub, limit = tok.convert_tokens_to_ids("</think>"), tok.eos_token_id, prompts[:16], 40
+    sp = SamplingParams(max_tokens=limit, temperature=0, extra_args={"specexit": dict(NEVER_FIRES)})
+    outs = llm.generate([{"prompt_token_ids": p} for p in sub], sp, use_tqdm=False)
+    stock_outs = stock.generate([{"prompt_token_ids": p} for p in sub], SamplingParams(max_tokens=limit, temperature=0))
+    stock_empty = sum(answer_text(o.outputs[0].token_ids, close, eos, tok) == "" for o in stock_outs)
+    assert stock_empty >= 1, "no prompt thinks past the limit: the check would be vacuous"
+    events = read_exit_events(telemetry_dir)
+    ref = reference.generate([GenerationRequest(p, max_tokens=limit, exit=ExitConfig(**NEVER_FIRES)) for p in sub])
+    reserve_exits = 0
+    for o, r in zip(outs, ref):
+        ids, tel = list(o.outputs[0].token_ids), request_telemetry(o, events, close)
+        assert answer_text(ids, close, eos, tok) != "" and tel["think_tokens"] <= 22
+        if tel["exited"]:
+            assert tel["reason"] == ANSWER_RESERVE and tel["think_tokens"] == 22
+            reserve_exits += 1
+        assert strip_eos(ids, eos) == r.token_ids and (r.exit.reason if r.exit else None) == tel["reason"]
+    assert reserve_exits >= stock_empty  # every prompt that ran dry under stock EAGLE-3 was cut in time
+    print(f"max_tokens {limit}: stock EAGLE-3 empty on {stock_empty}/{len(sub)}, SpecExit with the reserve on 0")
+
+
 def test_batch_mixes_exit_settings_per_request(llm, prompts, reference):
     sub = prompts[:9]
     cfgs = [None, {"specexit": False}, {"specexit_method": "progress", "specexit_progress_threshold": 0.5}] * 3
@@ -426,7 +463,8 @@ def test_speculative_sampling_is_lossless(llm, stock, prompts, teacher):
         plain_llm.llm_engine.engine_core.shutdown()
     counters = attach(stock)
     eagle3 = sample_positions(stock, prefixes)
-    never = sample_positions(llm, prefixes, extra_args={"specexit": dict(NEVER_FIRES)})
+    # no answer reserve: over 24 tokens it would close thinking (its own test above)
+    never = sample_positions(llm, prefixes, extra_args={"specexit": {**NEVER_FIRES, "answer_reserve_tokens": 0}})
     # not vacuous: the continuations vary, and drafts were rejected (the resampling path ran)
     assert all(len({tuple(r) for r in m.tolist()}) >= 2 for m in plain), "no randomness to test"
     assert counters.accepted < counters.draft_tokens

@@ -70,7 +70,7 @@ def async_output_token_ids(sim: Sim, prev_drafts: int) -> list[int]:
     return sim.committed[:-1] + [-1] * prev_drafts
 
 
-def drive(monkeypatch, steps=120, seed=0, extra_args=None, break_request=None, events_dir=None):
+def drive(monkeypatch, steps=120, seed=0, extra_args=None, break_request=None, events_dir=None, max_tokens=None):
     monkeypatch.setenv("SPECEXIT_EXIT_CONFIG", json.dumps({"min_think_tokens": 50}))
     if events_dir:
         monkeypatch.setenv("SPECEXIT_TELEMETRY_DIR", str(events_dir))
@@ -82,7 +82,7 @@ def drive(monkeypatch, steps=120, seed=0, extra_args=None, break_request=None, e
     state.model.weight = torch.eye(3)  # raw signals = the aux values, so the test knows them
     sims = {}
     for rid, args in (extra_args or {"a": EXIT_ARGS}).items():
-        runner.add(rid, N_PROMPT, args)
+        runner.add(rid, N_PROMPT, args, **({"max_tokens": max_tokens[rid]} if rid in (max_tokens or {}) else {}))
         sims[rid] = Sim(rng)
     for step in range(steps):
         batch, rows = [], []
@@ -128,6 +128,24 @@ def test_async_placeholders_exit_where_decide_puts_it(monkeypatch, seed):
     assert state.counters["exits"] == 1 and state.counters["fallbacks"] == 0
     assert state.reqs["a"].exit.index == want.index
     assert state.reqs["a"].exit == want  # index, reason, think tokens and smoothed values, bit for bit
+
+
+def test_answer_reserve_closes_thinking_where_max_tokens_leaves_the_answer_room(monkeypatch, tmp_path):
+    """max_tokens 60 with the default 16-token reserve: a think budget of 60 - 16 - 2 = 42, below the
+    server's min_think_tokens of 50, so no signal exit can come first; `</think>` follows think token
+    42 and the exit is reported as `answer_reserve` (a request of its own with max_tokens 400 is not
+    touched)."""
+    from specexit_core.exit.answer_reserve import ANSWER_RESERVE
+
+    state, sims = drive(
+        monkeypatch, extra_args={"a": EXIT_ARGS, "b": EXIT_ARGS}, max_tokens={"a": 60}, events_dir=tmp_path
+    )
+    ex = state.reqs["a"].exit
+    assert ex.reason == ANSWER_RESERVE and ex.think_tokens == 42 and sims["a"].exit_at == ex.index == 41
+    assert sims["a"].committed[ex.index + 1] == THINK_END
+    assert state.reqs["b"].exit.reason == "signals"
+    events = [json.loads(x) for f in tmp_path.rglob("*.jsonl") for x in f.read_text().splitlines()]
+    assert {e["req_id"]: e["reason"] for e in events if "reason" in e} == {"a": ANSWER_RESERVE, "b": "signals"}
 
 
 def random_request_args(rng: random.Random) -> dict:

@@ -52,6 +52,8 @@ def test_gpu_tp2_yaml():
     assert cfg.placement_group_config == {"bundle_per_worker": {"GPU": 1, "CPU": 1}, "strategy": "STRICT_PACK"}
     assert cfg.deployment_config["autoscaling_config"]["max_replicas"] == 4
     assert "SPECEXIT_EXIT_CONFIG" in cfg.runtime_env["env_vars"]
+    low = llm_config(load_args({**TOY, "specexit": {"default_effort": "Low"}}))
+    assert low.runtime_env["env_vars"]["SPECEXIT_DEFAULT_EFFORT"] == "low"  # read by the replica's engine
 
 
 @pytest.mark.parametrize(
@@ -67,6 +69,8 @@ def test_gpu_tp2_yaml():
         ({"auth": {"enabled": True, "api_key": "sk-in-yaml"}}, "api_key"),
         ({"specexit": {"exit_defaults": {"confidence_treshold": 0.9}}}, "confidence_treshold"),
         ({"specexit": {"exit_defaults": {"confidence_threshold": 3}}}, "confidence_threshold"),
+        ({"specexit": {"default_effort": "turbo"}}, "reasoning effort must be one of"),
+        ({"specexit": {"exit_defaults": {"answer_reserve_tokens": -4}}}, "answer_reserve_tokens"),
         ({"model": {**TOY["model"], "engine_kwargs": {"max_num_seq": 4}}}, "max_num_seq"),
         ({"model": {**TOY["model"], "engine_kwargs": {"tensor_parallel_size": 2}}}, "tensor_parallel_size"),
         ({"model": {**TOY["model"], "source": "toy:nope"}}, "toy:nope"),
@@ -306,7 +310,9 @@ def test_reasoning_effort_becomes_the_request_control_and_usage_reports_it():
     from serve_app.telemetry import choice_telemetry, usage_block
     from specexit_core.exit.profiles import resolve_exit_defaults
 
-    eng = SimpleNamespace(_specexit_active=True, _exit_defaults=resolve_exit_defaults(None, None, None))
+    eng = SimpleNamespace(
+        _specexit_active=True, _exit_defaults=resolve_exit_defaults(None, None, None), _default_effort=None
+    )
     req = SimpleNamespace(reasoning_effort="low", vllm_xargs=None)
     info = SpecExitVLLMEngine._apply_effort(eng, req)
     assert req.vllm_xargs == {"specexit_effort": "low"} and info == {
@@ -318,6 +324,16 @@ def test_reasoning_effort_becomes_the_request_control_and_usage_reports_it():
     assert SpecExitVLLMEngine._apply_effort(eng, req)["served_by"] == "max"  # the explicit control wins
     assert SpecExitVLLMEngine._apply_effort(eng, SimpleNamespace()) is None  # no level: nothing to report
     assert SpecExitVLLMEngine._apply_effort(SimpleNamespace(_specexit_active=False), req) is None
+    # the deployment's default level for a request that names none; one that names a level keeps it
+    eng._default_effort = "none"
+    req = SimpleNamespace(reasoning_effort=None, vllm_xargs=None)
+    assert SpecExitVLLMEngine._apply_effort(eng, req)["effort"] == "none" and _thinking_closed(req)
+    eng._default_effort = "high"
+    req = SimpleNamespace(reasoning_effort="low", vllm_xargs=None)
+    assert SpecExitVLLMEngine._apply_effort(eng, req)["effort"] == "low"
+    req = SimpleNamespace(reasoning_effort=None, vllm_xargs={"specexit_effort": "max"})
+    assert SpecExitVLLMEngine._apply_effort(eng, req)["effort"] == "max" and req.reasoning_effort is None
+    eng._default_effort = None
     assert _thinking_closed(SimpleNamespace(reasoning_effort="none"))
     assert _thinking_closed(SimpleNamespace(chat_template_kwargs={"enable_thinking": False}))
     assert not _thinking_closed(SimpleNamespace(reasoning_effort="high", chat_template_kwargs=None))
@@ -343,7 +359,9 @@ def test_thinking_token_budget_becomes_the_exact_exit_budget():
     from serve_app.telemetry import choice_telemetry
     from specexit_core.exit.profiles import resolve_exit_defaults
 
-    eng = SimpleNamespace(_specexit_active=True, _exit_defaults=resolve_exit_defaults(None, None, None))
+    eng = SimpleNamespace(
+        _specexit_active=True, _exit_defaults=resolve_exit_defaults(None, None, None), _default_effort=None
+    )
     eng._enabled = lambda r: SpecExitVLLMEngine._enabled(eng, r)
 
     def req(budget, xargs=None):
