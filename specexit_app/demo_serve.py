@@ -72,6 +72,7 @@ def serve_and_query(serve_yaml: str, *, draft: str, port: int, n: int, out: Path
                         "latency_s": round(time.time() - t, 3),
                     }
                 )
+        reserve = _answer_reserve_pair(client, model, rows[0])
         example = next((r for r in rows if r["specexit"] and (r["usage_specexit"] or {}).get("exited")), rows[-1])
         log.info(
             "[demo] through the endpoint, SpecExit on:\n  reasoning: %s\n  answer: %s\n  usage.specexit: %s",
@@ -98,10 +99,36 @@ def serve_and_query(serve_yaml: str, *, draft: str, port: int, n: int, out: Path
         "think_tokens_off": mean(think(False)),
         "think_tokens_on": mean(think(True)),
         "exits": sum(bool((r["usage_specexit"] or {}).get("exited")) for r in rows if r["specexit"]),
+        "answer_reserve": reserve,
         "complete": True,
     }
     out.write_text(json.dumps({**res, "rows": rows}, indent=2) + "\n")
     return res
+
+
+def _answer_reserve_pair(client, model: str, first: dict) -> dict:
+    """The first problem again with `max_tokens` cut to half its thinking (SpecExit off) plus 18: off,
+    thinking runs into the limit and the answer is empty; at effort `max` (no signal exit) the answer
+    reserve closes thinking in time (specexit_core/exit/answer_reserve.py, default reserve 16)."""
+    think = first["usage_specexit"]["think_tokens"]
+    limit = think // 2 + 18
+    out = {"max_tokens": limit, "think_tokens_unlimited": think}
+    for name, extra in (("off", {"vllm_xargs": {"specexit_enabled": 0}}), ("max", {"reasoning_effort": "max"})):
+        r = client.chat.completions.create(
+            model=model,
+            messages=[{"role": "user", "content": first["problem"]}],
+            max_tokens=limit,
+            temperature=0,
+            extra_body=extra,
+        )
+        u = r.usage.model_dump().get("specexit") or {}
+        out[name] = {
+            "answer": r.choices[0].message.content,
+            "finish_reason": r.choices[0].finish_reason,
+            "think_tokens": u.get("think_tokens"),
+            "exit_reason": u.get("exit_reason"),
+        }
+    return out
 
 
 def _plain_logs() -> None:

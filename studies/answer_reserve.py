@@ -71,8 +71,15 @@ def run_method(llm, prompts, golds, tok, *, temperature, max_tokens, extra, seed
     return rows
 
 
-def summary(rows: list[dict], base: list[dict] | None = None) -> dict:
-    """Shares in percent, means, the accuracy interval, and the paired difference against `base`."""
+def paired_points(rows: list[dict], base: list[dict]) -> dict:
+    """Accuracy of `rows` minus that of `base` on the same problems, in points, with its interval."""
+    d = paired_diff_ci95({i: r["correct"] for i, r in enumerate(rows)}, {i: r["correct"] for i, r in enumerate(base)})
+    return {"points": round(d["points"], 2), "ci95": [round(x, 2) for x in d["ci95"]]}
+
+
+def summary(rows: list[dict], base: list[dict] | None = None, limit_base: list[dict] | None = None) -> dict:
+    """Shares in percent, means, the accuracy interval, and the paired differences against `base`
+    (EAGLE-3 unlimited) and `limit_base` (EAGLE-3 at the same limit)."""
     n = len(rows)
     out = {
         "n": n,
@@ -84,10 +91,9 @@ def summary(rows: list[dict], base: list[dict] | None = None) -> dict:
         "finish_length_percent": round(100 * sum(r["finish"] == "length" for r in rows) / n, 2),
     }
     if base is not None:
-        d = paired_diff_ci95(
-            {i: r["correct"] for i, r in enumerate(rows)}, {i: r["correct"] for i, r in enumerate(base)}
-        )
-        out["vs_eagle3_full_points"] = {"points": round(d["points"], 2), "ci95": [round(x, 2) for x in d["ci95"]]}
+        out["vs_eagle3_full_points"] = paired_points(rows, base)
+    if limit_base is not None and limit_base is not rows:
+        out["vs_eagle3_at_limit_points"] = paired_points(rows, limit_base)
     return out
 
 
@@ -127,7 +133,10 @@ def main() -> None:
         }
         result["by_temperature"][str(temp)] = {
             "max_tokens": limit,
-            "methods": {"eagle3_full": summary(full), **{m: summary(r, full) for m, r in runs.items()}},
+            "methods": {
+                "eagle3_full": summary(full),
+                **{m: summary(r, full, runs["eagle3"]) for m, r in runs.items()},
+            },
         }
         print(json.dumps({str(temp): result["by_temperature"][str(temp)]}, indent=1), flush=True)
     result["seconds"] = round(time.time() - t0, 1)

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from support.cli import run_json, specexit
-from support.demo_checks import FIELDS, METHODS, check_replay_matches_the_engine
+from support.demo_checks import FIELDS, METHODS, check_answer_reserve, check_replay_matches_the_engine
 from support.ports import free_port
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow(minutes=6)]
@@ -73,6 +73,11 @@ def test_every_stage_ran_and_is_accounted_for(demo):
     on_test = cal["on_test"]["0"]
     assert on_test["profile"] == "T0" and on_test["n"] == on_test["problems"] == 4 and on_test["holds"] is None
     assert 0 <= on_test["test_loss"] <= 1
+
+
+def test_the_endpoint_keeps_an_answer_reserve(demo):
+    _, _, wd = demo
+    check_answer_reserve(json.loads((wd / "serve.json").read_text()))
 
 
 def test_the_calibrated_draft_is_what_was_served_and_evaluated(demo):

@@ -160,7 +160,23 @@ def check_teacher_serve(run: DemoRun, spec) -> dict:
         assert r["reasoning"] and "</think>" not in (r["answer"] or "") and "<think>" not in r["reasoning"]
         assert r["usage_specexit"]["enabled"] == r["specexit"] and r["usage_specexit"]["think_tokens"] > 0
     assert any(r["answer"] for r in serve["rows"])  # at least one closed thinking, split by the parser
+    check_answer_reserve(serve)
     return serve
+
+
+def check_answer_reserve(serve: dict) -> None:
+    """The endpoint's answer reserve (#40 item 3, specexit_app/demo_serve.py): with `max_tokens` cut
+    inside the thinking, effort `max` (no signal exit) still answers, its thinking closed by the reserve
+    at the exact budget; SpecExit off runs into the limit and answers nothing."""
+    from specexit_core.exit import ExitConfig
+    from specexit_core.exit.answer_reserve import ANSWER_RESERVE, reserve_budget
+
+    r = serve["answer_reserve"]
+    top, off = r["max"], r["off"]
+    assert top["answer"] and top["finish_reason"] == "stop" and top["exit_reason"] == ANSWER_RESERVE
+    assert top["think_tokens"] == reserve_budget(r["max_tokens"], ExitConfig().answer_reserve_tokens)
+    if r["think_tokens_unlimited"] + 2 > r["max_tokens"]:  # its thinking alone overruns the limit
+        assert not off["answer"] and off["finish_reason"] == "length"
 
 
 def check_replay_matches_the_engine(wd: Path) -> None:
