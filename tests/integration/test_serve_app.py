@@ -253,6 +253,9 @@ def test_reasoning_effort_through_serve(client):
     # vLLM's `thinking_token_budget`: the exit hook's exact budget (no --reasoning-config needed)
     budget = specexit_usage(chat(client, extra_body={"thinking_token_budget": 7}))
     assert budget["exited"] and budget["exit_reason"] == "max_think_tokens" and budget["think_tokens"] == 7
+    stream = chat(client, extra_body={"thinking_token_budget": 7}, stream=True, stream_options={"include_usage": True})
+    streamed = list(stream)[-1].usage.model_extra["specexit"]  # streamed, the same budget, the same count
+    assert streamed["exit_reason"] == "max_think_tokens" and streamed["think_tokens"] == 7
     # the answer reserve (#40 item 3): max_tokens 30 inside this prompt's thinking, even at effort max
     assert s_top["think_tokens"] > 30
     off = chat(client, {"specexit_enabled": 0}, max_tokens=30)
