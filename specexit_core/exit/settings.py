@@ -41,7 +41,8 @@ def _typed(name: str, value: Any, kind: type | tuple[type, ...]) -> Any:
 
 class ExitConfig(StrictModel):
     """Early-exit settings; defaults are the paper's.  ``enabled=False`` turns off
-    everything, the ``max_think_tokens`` budget included, so "off" means plain decoding."""
+    everything, the ``max_think_tokens`` budget and the answer reserve included, so "off" means
+    plain decoding."""
 
     model_config = ConfigDict(frozen=True)  # merged with StrictModel's (extra="forbid", ...)
 
