@@ -63,6 +63,7 @@ class SyntheticDrafter:
 class SyntheticRequest:
     sampling_params: SimpleNamespace
     num_prompt_tokens: int
+    prompt_token_ids: list[int] | None = None
     output_token_ids: list[int] = field(default_factory=list)
 
 
@@ -76,10 +77,18 @@ class SyntheticRunner:
         self.input_ids = torch.zeros(0, dtype=torch.int32)
         self.positions = torch.zeros(0, dtype=torch.int64)
 
-    def add(self, req_id: str, n_prompt: int, extra_args: dict | None = None, max_tokens: int = 100_000) -> None:
-        """A request; its `max_tokens` (vLLM's engine always has one) far off unless a test sets it."""
+    def add(
+        self,
+        req_id: str,
+        n_prompt: int,
+        extra_args: dict | None = None,
+        max_tokens: int = 100_000,
+        prompt_token_ids: list[int] | None = None,
+    ) -> None:
+        """A request; its `max_tokens` (vLLM's engine always has one) far off unless a test sets it; its
+        prompt ids only when a test needs them (vLLM's are None for a prompt given as embeddings)."""
         sp = SimpleNamespace(extra_args=extra_args, max_tokens=max_tokens)
-        self.requests[req_id] = SyntheticRequest(sp, n_prompt)
+        self.requests[req_id] = SyntheticRequest(sp, n_prompt, prompt_token_ids)
 
     def step(self, batch: list[tuple[str, list[int], int]], aux: list[torch.Tensor], vocab: int):
         """batch: (req_id, input tokens [last committed, drafts...], position of input 0)."""

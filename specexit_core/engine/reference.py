@@ -24,6 +24,7 @@ from specexit_core.engine.types import AcceptanceStats, GenerationRequest, Gener
 from specexit_core.engine.verify import verify_greedy, verify_sampled
 from specexit_core.exit import ExitConfig, ExitTracker, split_token_ids
 from specexit_core.exit.answer_reserve import reported, with_answer_reserve
+from specexit_core.exit.policy import prompt_closed_thinking
 from specexit_core.signals import activate
 
 
@@ -121,6 +122,7 @@ class ReferenceEngine:
     def _generate_one(self, req: GenerationRequest) -> GenerationResult:
         cfg = req.exit if req.exit is not None else self.exit_config
         use_exit = self.draft is not None and bool(self.draft.cfg.signals) and cfg.enabled
+        use_exit = use_exit and not prompt_closed_thinking(req.prompt_ids, self.think_start_id, self.think_end_id)
         cfg, reserve = with_answer_reserve(cfg, req.max_tokens)  # as the vLLM hook: answer_reserve.py
         tracker = (
             ExitTracker(

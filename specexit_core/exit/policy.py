@@ -46,6 +46,19 @@ class ExitCheck:
     smoothed: dict[str, float]
 
 
+def prompt_closed_thinking(prompt_ids: Sequence[int], think_start_id: int, think_end_id: int) -> bool:
+    """Whether the prompt itself closed thinking: its last think marker is `</think>` (a chat template
+    rendered with `enable_thinking: false`, `reasoning_effort: none`, or a prefilled reasoning). What
+    such a request generates is answer, never thinking: no exit, no budget and no answer reserve may
+    put a `</think>` into it, so the engines do not follow it."""
+    for tok in reversed(prompt_ids):
+        if tok == think_end_id:
+            return True
+        if tok == think_start_id:
+            return False
+    return False
+
+
 class ExitTracker:
     """Per-request exit state, fed incrementally by an engine.  Signals are folded into
     the EWMA lazily, in token order, once both a token and its signals are known, so

@@ -50,6 +50,7 @@ from specexit_core.draft.config import read_specexit_fields
 from specexit_core.exit import ExitConfig, ExitDecision
 from specexit_core.exit.answer_reserve import reported, with_answer_reserve
 from specexit_core.exit.batch_tracker import ERROR, BatchTrackers, ScanEvent, new_events, scan_events
+from specexit_core.exit.policy import prompt_closed_thinking
 from specexit_core.exit.signal_names import SIGNALS
 from specexit_core.signals import activate
 from specexit_core.vllm_plugin.committed_rows import CommittedRows, Stream
@@ -140,7 +141,10 @@ class SpecExitRunnerState:
             except Exception as e:  # noqa: BLE001
                 self._fall_back(req_id, st, f"invalid SpecExit settings: {e}")
                 return st
-            if st.cfg.enabled:
+            prompt = getattr(rs, "prompt_token_ids", None)
+            if prompt is not None and prompt_closed_thinking(prompt, self.think_start, self.think_end):
+                st.done = True  # thinking closed in the prompt: all answer, nothing to follow
+            elif st.cfg.enabled:
                 st.slot = self.trackers.add(st.cfg)
                 self.rows.reset(st.slot, rs.num_prompt_tokens)
                 if st.slot + 1 >= len(self.follow):

@@ -264,6 +264,10 @@ def test_reasoning_effort_through_serve(client):
     s_kept = specexit_usage(kept)
     assert s_kept["exit_reason"] == "answer_reserve" and s_kept["think_tokens"] == 30 - 16 - 2
     assert kept.choices[0].message.content and kept.choices[0].finish_reason == "stop"
+    # thinking closed in the prompt (`none`): all answer, never cut by the reserve however tight max_tokens is
+    tight = chat(client, reasoning_effort="none", max_tokens=12)
+    s_tight = specexit_usage(tight)
+    assert not s_tight["exited"] and s_tight["think_tokens"] == 0 and tight.choices[0].message.content
 
 
 def test_long_mode_usage_through_serve(client):

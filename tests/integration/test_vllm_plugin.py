@@ -164,6 +164,27 @@ def test_answer_reserve_never_leaves_an_empty_answer(llm, stock, prompts, refere
     print(f"max_tokens {limit}: stock EAGLE-3 empty on {stock_empty}/{len(sub)}, SpecExit with the reserve on 0")
 
 
+def test_a_prompt_that_closed_thinking_is_answer_only(llm, prompts, reference, teacher, telemetry_dir):
+    """A prompt that ends its own thinking (`enable_thinking: false`, `reasoning_effort: none`): the
+    engine does not follow it, so no exit, budget or answer reserve puts a `</think>` into the answer
+    (max_tokens 12 would give the reserve a budget of 1), and the reference engine agrees."""
+    from vllm import SamplingParams
+
+    from specexit_core.vllm_plugin.telemetry import read_exit_events, request_telemetry
+
+    _, tok = teacher
+    close, eos = tok.convert_tokens_to_ids("</think>"), tok.eos_token_id
+    closed = [p + [close] for p in prompts[:8]]
+    on = llm.generate([{"prompt_token_ids": p} for p in closed], SamplingParams(max_tokens=12, temperature=0))
+    off = run(llm, closed, {"specexit": False})
+    events = read_exit_events(telemetry_dir)
+    ref = reference.generate([GenerationRequest(p, max_tokens=12) for p in closed])
+    for a, b, r in zip(on, off, ref):
+        ids = strip_eos(a.outputs[0].token_ids, eos)
+        assert close not in ids and not request_telemetry(a, events, close)["exited"]
+        assert ids == strip_eos(b.outputs[0].token_ids, eos)[:12] and ids == r.token_ids and r.exit is None
+
+
 def test_batch_mixes_exit_settings_per_request(llm, prompts, reference):
     sub = prompts[:9]
     cfgs = [None, {"specexit": False}, {"specexit_method": "progress", "specexit_progress_threshold": 0.5}] * 3

@@ -64,3 +64,12 @@ def test_request_control_and_validation():
         ExitConfig(answer_reserve_tokens=-1)
     with pytest.raises(ValueError, match="answer_reserve_tokens must be an integer"):
         ExitConfig(answer_reserve_tokens=2.5)
+
+
+def test_a_prompt_closed_thinking_when_its_last_marker_is_the_end():
+    from specexit_core.exit.policy import prompt_closed_thinking
+
+    assert prompt_closed_thinking([9, 1, 8, 2, 7], think_start_id=1, think_end_id=2)  # enable_thinking false
+    assert not prompt_closed_thinking([9, 2, 8, 1], think_start_id=1, think_end_id=2)  # opened again
+    assert not prompt_closed_thinking([9, 8], think_start_id=1, think_end_id=2)  # the model opens it itself
+    assert not prompt_closed_thinking([], think_start_id=1, think_end_id=2)

@@ -70,7 +70,9 @@ def async_output_token_ids(sim: Sim, prev_drafts: int) -> list[int]:
     return sim.committed[:-1] + [-1] * prev_drafts
 
 
-def drive(monkeypatch, steps=120, seed=0, extra_args=None, break_request=None, events_dir=None, max_tokens=None):
+def drive(
+    monkeypatch, steps=120, seed=0, extra_args=None, break_request=None, events_dir=None, max_tokens=None, prompts=None
+):
     monkeypatch.setenv("SPECEXIT_EXIT_CONFIG", json.dumps({"min_think_tokens": 50}))
     if events_dir:
         monkeypatch.setenv("SPECEXIT_TELEMETRY_DIR", str(events_dir))
@@ -82,7 +84,8 @@ def drive(monkeypatch, steps=120, seed=0, extra_args=None, break_request=None, e
     state.model.weight = torch.eye(3)  # raw signals = the aux values, so the test knows them
     sims = {}
     for rid, args in (extra_args or {"a": EXIT_ARGS}).items():
-        runner.add(rid, N_PROMPT, args, **({"max_tokens": max_tokens[rid]} if rid in (max_tokens or {}) else {}))
+        kw = {"max_tokens": max_tokens[rid]} if rid in (max_tokens or {}) else {}
+        runner.add(rid, N_PROMPT, args, prompt_token_ids=(prompts or {}).get(rid), **kw)
         sims[rid] = Sim(rng)
     for step in range(steps):
         batch, rows = [], []
@@ -146,6 +149,23 @@ def test_answer_reserve_closes_thinking_where_max_tokens_leaves_the_answer_room(
     assert state.reqs["b"].exit.reason == "signals"
     events = [json.loads(x) for f in tmp_path.rglob("*.jsonl") for x in f.read_text().splitlines()]
     assert {e["req_id"]: e["reason"] for e in events if "reason" in e} == {"a": ANSWER_RESERVE, "b": "signals"}
+
+
+def test_a_prompt_that_closed_thinking_is_never_cut(monkeypatch):
+    """Thinking closed in the prompt (`reasoning_effort: none`, `enable_thinking: false`): what the
+    request generates is answer, so neither the signals nor the answer reserve may force `</think>`
+    into it; a request whose prompt opened thinking is followed as before."""
+    closed = [5, 1, 6, THINK_END, 7]  # `<think>` (1) ... `</think>`: the template closed it
+    opened = [5, THINK_END, 6, 1]  # a closed block earlier, then `<think>` again: thinking
+    state, sims = drive(
+        monkeypatch,
+        extra_args={"a": EXIT_ARGS, "b": EXIT_ARGS},
+        max_tokens={"a": 60, "b": 60},
+        prompts={"a": closed, "b": opened},
+    )
+    assert state.reqs["a"].slot is None and state.reqs["a"].exit is None and sims["a"].exit_at is None
+    assert state.reqs["b"].exit.reason == "answer_reserve" and sims["b"].exit_at == 41
+    assert state.counters["exits"] == 1 and state.counters["fallbacks"] == 0
 
 
 def random_request_args(rng: random.Random) -> dict:
