@@ -73,6 +73,7 @@ def serve_and_query(serve_yaml: str, *, draft: str, port: int, n: int, out: Path
                     }
                 )
         reserve = _answer_reserve_pair(client, model, rows[0])
+        effort_none = _effort_none(client, model, rows[0]["problem"], max_tokens)
         example = next((r for r in rows if r["specexit"] and (r["usage_specexit"] or {}).get("exited")), rows[-1])
         log.info(
             "[demo] through the endpoint, SpecExit on:\n  reasoning: %s\n  answer: %s\n  usage.specexit: %s",
@@ -100,6 +101,7 @@ def serve_and_query(serve_yaml: str, *, draft: str, port: int, n: int, out: Path
         "think_tokens_on": mean(think(True)),
         "exits": sum(bool((r["usage_specexit"] or {}).get("exited")) for r in rows if r["specexit"]),
         "answer_reserve": reserve,
+        "effort_none": effort_none,
         "complete": True,
     }
     out.write_text(json.dumps({**res, "rows": rows}, indent=2) + "\n")
@@ -129,6 +131,26 @@ def _answer_reserve_pair(client, model: str, first: dict) -> dict:
             "exit_reason": u.get("exit_reason"),
         }
     return out
+
+
+def _effort_none(client, model: str, problem: str, max_tokens: int) -> dict:
+    """One request at `reasoning_effort: none`: no thinking, whatever the template (one with
+    `enable_thinking` closes it in the prompt; an R1-style one gets `</think>` as the first token)."""
+    r = client.chat.completions.create(
+        model=model,
+        messages=[{"role": "user", "content": problem}],
+        max_tokens=max_tokens,
+        temperature=0,
+        reasoning_effort="none",
+    )
+    msg = r.choices[0].message
+    u = r.usage.model_dump()
+    return {
+        "answer": msg.content,
+        "reasoning": getattr(msg, "reasoning_content", None) or getattr(msg, "reasoning", None),
+        "think_tokens": (u.get("specexit") or {}).get("think_tokens"),
+        "completion_tokens": u.get("completion_tokens"),
+    }
 
 
 def _plain_logs() -> None:

@@ -12,7 +12,9 @@ each level shaped like the file itself (a joint exit, one per sampling profile).
 picks its exit (`serving_level`): its own where the server has it, else the nearest more
 conservative level it has (a level asks for at most its epsilon of loss, so a lower one is always
 allowed), and `max`, or a level above every calibrated one, runs with no early exit. `none` leaves
-the exit as it is: thinking is off in the prompt (the chat template's `enable_thinking: false`).
+the exit as it is: thinking is off in the prompt (the chat template's `enable_thinking: false`), or,
+where the template has no such switch (R1-style), the vLLM hook makes `</think>` the first generated
+token (`runner_hook._force_close_first`).
 """
 
 from __future__ import annotations

@@ -50,11 +50,12 @@ from specexit_core.draft.config import read_specexit_fields
 from specexit_core.exit import ExitConfig, ExitDecision
 from specexit_core.exit.answer_reserve import reported, with_answer_reserve
 from specexit_core.exit.batch_tracker import ERROR, BatchTrackers, ScanEvent, new_events, scan_events
+from specexit_core.exit.efforts import THINKING_OFF
 from specexit_core.exit.policy import prompt_closed_thinking
 from specexit_core.exit.signal_names import SIGNALS
 from specexit_core.signals import activate
 from specexit_core.vllm_plugin.committed_rows import CommittedRows, Stream
-from specexit_core.vllm_plugin.controls import request_exit_config, sampling_profile, server_defaults
+from specexit_core.vllm_plugin.controls import request_effort, request_exit_config, sampling_profile, server_defaults
 from specexit_core.vllm_plugin.long_mode import LongModeState
 from specexit_core.vllm_plugin.metrics import SpecExitMetrics
 from specexit_core.vllm_plugin.telemetry import EXITS, FALLBACKS, TELEMETRY_DIR_ENV, EventWriter
@@ -102,6 +103,9 @@ class SpecExitRunnerState:
         self.pending = np.zeros(self.trackers.capacity + 1, bool)
         self.slot_req: dict[int, str] = {}
         self.reqs: dict[str, _ReqState] = {}
+        # effort `none` on a prompt that left thinking open: `</think>` is their first token (_close_first)
+        self.close_first: set[str] = set()
+        self._seen_batch: list[str] = []  # the batch `_close_first_wanted` last looked at
         self._batch: list[str] = []  # last step's request ids, and their slots (-1: none)
         self._slots = np.zeros(0, np.int64)
         self._last_drafts: tuple = (None, None, None, 0)
@@ -144,6 +148,9 @@ class SpecExitRunnerState:
             prompt = getattr(rs, "prompt_token_ids", None)
             if prompt is not None and prompt_closed_thinking(prompt, self.think_start, self.think_end):
                 st.done = True  # thinking closed in the prompt: all answer, nothing to follow
+            elif request_effort(extra) == THINKING_OFF:
+                st.done = True  # a template without `enable_thinking` (R1-style): close it at once
+                self.close_first.add(req_id)
             elif st.cfg.enabled:
                 st.slot = self.trackers.add(st.cfg)
                 self.rows.reset(st.slot, rs.num_prompt_tokens)
@@ -158,6 +165,7 @@ class SpecExitRunnerState:
     def prune(self, runner) -> None:
         for rid in [r for r in self.reqs if r not in runner.requests]:
             st = self.reqs.pop(rid)
+            self.close_first.discard(rid)
             if st.slot is not None:
                 if st.fallback is None:
                     think = int(self.trackers.think[st.slot])
@@ -187,8 +195,38 @@ class SpecExitRunnerState:
             self._batch = list(req_ids)
         return self._slots
 
+    # -- effort `none` where the template left thinking open ---------------------------------------
+    def _close_first_wanted(self, runner) -> bool:
+        """Whether a request of this step waits for its first token to be `</think>`; a changed batch's
+        new requests get their state here, at their prefill, so one asking for it is known in time."""
+        req_ids = runner.input_batch.req_ids
+        if req_ids != self._seen_batch:
+            self._seen_batch = list(req_ids)
+            for rid in req_ids:
+                if rid is not None and rid not in self.reqs and rid in runner.requests:
+                    self._state(runner, rid)
+        return bool(self.close_first)
+
+    def _force_close_first(self, runner, exec_state) -> None:
+        """`</think>` as the first generated token of the requests that asked for effort `none` on a
+        prompt that left thinking open (the R1 template has no `enable_thinking`): forced on the row that
+        samples that token, once their prefill is complete (a partial prefill's sample is discarded)."""
+        req_ids = runner.input_batch.req_ids
+        sdm = exec_state.spec_decode_metadata
+        num_reqs = len(sdm.num_draft_tokens) if sdm is not None else exec_state.logits.shape[0]
+        starts = self._n_drafts(sdm.num_draft_tokens)[1] if sdm is not None else np.arange(num_reqs)
+        mask = getattr(runner, "discard_request_mask", None)
+        discard = mask.np[:num_reqs] if mask is not None else np.zeros(num_reqs, bool)
+        for i, rid in enumerate(req_ids[:num_reqs]):
+            if rid in self.close_first and not discard[i] and not runner.requests[rid].output_token_ids:
+                with torch.inference_mode():  # the logits are inference tensors
+                    exec_state.logits[int(starts[i]), self.think_end] = FORCE_LOGIT
+                self.close_first.discard(rid)
+
     # -- the step ----------------------------------------------------------------------------------
     def before_sample(self, runner, exec_state) -> None:
+        if self._close_first_wanted(runner):
+            self._force_close_first(runner, exec_state)
         sdm = exec_state.spec_decode_metadata
         aux = exec_state.aux_hidden_states
         if sdm is None or not aux:

@@ -6,7 +6,13 @@ from pathlib import Path
 import pytest
 
 from support.cli import run_json, specexit
-from support.demo_checks import FIELDS, METHODS, check_answer_reserve, check_replay_matches_the_engine
+from support.demo_checks import (
+    FIELDS,
+    METHODS,
+    check_answer_reserve,
+    check_effort_none,
+    check_replay_matches_the_engine,
+)
 from support.ports import free_port
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow(minutes=6)]
@@ -75,9 +81,11 @@ def test_every_stage_ran_and_is_accounted_for(demo):
     assert 0 <= on_test["test_loss"] <= 1
 
 
-def test_the_endpoint_keeps_an_answer_reserve(demo):
+def test_the_endpoint_keeps_an_answer_reserve_and_effort_none_thinks_nothing(demo):
     _, _, wd = demo
-    check_answer_reserve(json.loads((wd / "serve.json").read_text()))
+    serve = json.loads((wd / "serve.json").read_text())
+    check_answer_reserve(serve)
+    check_effort_none(serve)
 
 
 def test_the_calibrated_draft_is_what_was_served_and_evaluated(demo):

@@ -79,6 +79,13 @@ def test_exit_and_tokens_match_the_reference_engine(setup, telemetry_dir):
             use_tqdm=False,
         )
         head_rows = llm.collective_rpc("specexit_head_rows")
+        # effort `none` on a prompt that leaves thinking open (no `enable_thinking` in the R1 template):
+        # `</think>` is the first generated token, the rest is the answer
+        no_think = llm.generate(
+            [{"prompt_token_ids": p} for p in prompts],
+            SamplingParams(max_tokens=8, temperature=0, extra_args={"specexit_effort": "none"}),
+            use_tqdm=False,
+        )
     finally:
         llm.llm_engine.engine_core.shutdown()
 
@@ -108,6 +115,8 @@ def test_exit_and_tokens_match_the_reference_engine(setup, telemetry_dir):
             assert r.exit.think_tokens >= EXIT["min_think_tokens"] and r.token_ids[r.exit.index + 1] == close
             assert tel["smoothed"] == {"confidence": 0.5, "progress": 0.5, "remaining": 0.0}
     assert exits >= N_PROMPTS // 2
+    assert all(list(o.outputs[0].token_ids)[:1] == [close] for o in no_think)
+    assert all(close not in list(o.outputs[0].token_ids)[1:] for o in no_think)
 
 
 def check_reasoning_parser(spec, tok, completions: list[list[int]]) -> None:

@@ -161,7 +161,16 @@ def check_teacher_serve(run: DemoRun, spec) -> dict:
         assert r["usage_specexit"]["enabled"] == r["specexit"] and r["usage_specexit"]["think_tokens"] > 0
     assert any(r["answer"] for r in serve["rows"])  # at least one closed thinking, split by the parser
     check_answer_reserve(serve)
+    check_effort_none(serve)
     return serve
+
+
+def check_effort_none(serve: dict) -> None:
+    """`reasoning_effort: none` through the endpoint: no thinking (no reasoning, no think tokens) and an
+    answer, with the teacher's own template and parser (specexit_app/demo_serve.py)."""
+    none = serve["effort_none"]
+    assert none["answer"] and "</think>" not in none["answer"] and not none["reasoning"]
+    assert none["think_tokens"] == 0 and none["completion_tokens"] > 0
 
 
 def check_answer_reserve(serve: dict) -> None:

@@ -154,6 +154,26 @@ def _load(name: str) -> dict:
 LEGACY: set[str] = set()  # none left: the full demo run replaced the last one
 
 
+def effort_row(name: str, m: dict) -> list[str]:
+    """A row of README's reasoning-effort table, from docs/results/certificate_coverage/toy_effort_levels.json
+    at T = 0.6: the level's epsilon (`eagle3`: none), think tokens, accuracy and its difference to EAGLE-3."""
+    vs = m.get("accuracy_vs_eagle3")
+    return [
+        "-" if m.get("epsilon") is None else f"{100 * m['epsilon']:g}%",
+        f"{m['think_tokens']:.1f}",
+        f"{100 * m['accuracy']:.1f}% {_ci(m['accuracy_ci95'])}",
+        "-" if vs is None else f"{vs['points']:+.1f} {_ci(vs['ci95'], 1.0)}",
+    ]
+
+
+def _effort_levels() -> dict:
+    """`eagle3` and each level at T = 0.6, with the level's epsilon."""
+    d = _load("certificate_coverage/toy_effort_levels.json")
+    t = d["by_temperature"]["0.6"]
+    levels = {p["setting"]: {**p, "epsilon": d["epsilons"].get(p["setting"])} for p in t["effort"]}
+    return {"eagle3": t["eagle3"], **levels}
+
+
 def _backing(header: list[str]):
     """(the JSON's methods for this table, the row formatter), or None for a table of no measurements."""
     h = header[0]
@@ -172,6 +192,8 @@ def _backing(header: list[str]):
         return _teacher_runs(), teacher_row
     if h.startswith("toy, KV pool"):
         return _load("kv_toy_cpu.json")["pressure"], kv_row
+    if h.startswith("reasoning effort, toy"):
+        return _effort_levels(), effort_row
     if h.startswith("rule, on each set of"):
         return _coverage_rules(), lambda name, cells: cells
     return None

@@ -294,3 +294,35 @@ def test_telemetry_write_failures_are_counted(monkeypatch, tmp_path):
     w = EventWriter(str(blocker / "sub"))  # a folder under a file: every write fails
     assert w.append("exits", {"req_id": "x"}) is False and w.append("exits", {"req_id": "y"}) is False
     assert w.errors == 2
+
+
+def test_effort_none_on_an_open_prompt_makes_the_first_token_end_thinking(monkeypatch):
+    """`specexit_effort: none` where the template left thinking open (R1-style: no `enable_thinking`):
+    `</think>` is forced on the row that samples the request's first token -- not while its prefill is
+    partial (that sample is discarded), and never again after; a prompt that closed thinking itself
+    and a request without the level are left alone."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    monkeypatch.delenv("SPECEXIT_TELEMETRY_DIR", raising=False)
+    runner = SyntheticRunner()
+    state = SpecExitRunnerState(runner, SyntheticDrafter(hidden=H))
+    none = {"specexit_effort": "none"}
+    runner.add("open", N_PROMPT, none, prompt_token_ids=[5, 1])
+    runner.add("plain", N_PROMPT, EXIT_ARGS, prompt_token_ids=[5, 1])
+    runner.add("closed", N_PROMPT, none, prompt_token_ids=[5, 1, 6, THINK_END])
+    runner.input_batch.req_ids = ["open", "plain", "closed"]
+
+    def prefill_step(discard):
+        runner.discard_request_mask = SimpleNamespace(np=np.array(discard))
+        ex = SimpleNamespace(spec_decode_metadata=None, aux_hidden_states=None, logits=torch.zeros(3, VOCAB))
+        state.before_sample(runner, ex)
+        return (ex.logits[:, THINK_END] == FORCE_LOGIT).tolist()
+
+    assert prefill_step([True, False, False]) == [False, False, False]  # a partial prefill: discarded
+    assert prefill_step([False, False, False]) == [True, False, False]
+    runner.requests["open"].output_token_ids = [THINK_END]
+    assert prefill_step([False, False, False]) == [False, False, False] and not state.close_first
+    assert state.reqs["open"].slot is None and state.reqs["closed"].slot is None  # answer only: not followed
+    assert state.reqs["plain"].slot is not None
