@@ -109,11 +109,14 @@ def serve_and_query(serve_yaml: str, *, draft: str, port: int, n: int, out: Path
 
 
 def _answer_reserve_pair(client, model: str, first: dict) -> dict:
-    """The first problem again with `max_tokens` cut to half its thinking (SpecExit off) plus 18: off,
-    thinking runs into the limit and the answer is empty; at effort `max` (no signal exit) the answer
-    reserve closes thinking in time (specexit_core/exit/answer_reserve.py, default reserve 16)."""
+    """The first problem again with `max_tokens` set so that the reserve's think budget is half its
+    thinking (SpecExit off): off, thinking runs into the limit and the answer is empty; at effort `max`
+    (no signal exit) the answer reserve closes thinking in time (specexit_core/exit/answer_reserve.py)."""
+    from specexit_core.exit import ExitConfig
+    from specexit_core.exit.answer_reserve import MARKERS
+
     think = first["usage_specexit"]["think_tokens"]
-    limit = think // 2 + 18
+    limit = think // 2 + ExitConfig().answer_reserve_tokens + MARKERS
     out = {"max_tokens": limit, "think_tokens_unlimited": think}
     for name, extra in (("off", {"vllm_xargs": {"specexit_enabled": 0}}), ("max", {"reasoning_effort": "max"})):
         r = client.chat.completions.create(

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from pipelines.common.provenance import provenance
+from serve_app.telemetry import choice_telemetry
 from specexit_core.teachers.model_ref import resolve_model
 from specexit_core.toy.paths import DRAFT_DIR
 from specexit_core.toy.task import problems
@@ -30,9 +31,8 @@ from specexit_core.vllm_env import apply_cpu_defaults, toy_llm_kwargs
 
 
 def think_count(ids: list[int], open_id: int, close_id: int) -> tuple[int, bool]:
-    """(think tokens, thinking closed): the tokens before `</think>`, a leading `<think>` not counted."""
-    end = ids.index(close_id) if close_id in ids else len(ids)
-    return end - (1 if ids[:1] == [open_id] else 0), close_id in ids
+    """(think tokens as usage counts them, thinking closed): `serve_app.telemetry.choice_telemetry`'s rule."""
+    return choice_telemetry(ids, close_id, None, think_start_id=open_id)["think_tokens"], close_id in ids
 
 
 def run_batch(llm, prompts, budgets, *, temperature: float, stream: bool, seed0: int) -> list[dict]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from specexit_core.exit.batch_tracker import BUDGET
 from specexit_core.exit.policy import ExitDecision
 from specexit_core.exit.settings import ExitConfig
 
@@ -45,6 +46,6 @@ def with_answer_reserve(cfg: ExitConfig, max_tokens: int | None) -> tuple[ExitCo
 
 def reported(decision: ExitDecision, reserve_binds: bool) -> ExitDecision:
     """The decision as telemetry reports it: a budget exit under the reserve's budget is `answer_reserve`."""
-    if reserve_binds and decision.reason == "max_think_tokens":
+    if reserve_binds and decision.reason == BUDGET:
         return replace(decision, reason=ANSWER_RESERVE)
     return decision
