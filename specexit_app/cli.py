@@ -107,6 +107,7 @@ def cmd_draft_convert(args: argparse.Namespace) -> int:
             think_start=args.think_start,
             think_end=args.think_end,
             split_tokens=args.split_token,
+            fmt=args.format,
         )
     except (ValueError, FileNotFoundError) as e:  # CheckpointMismatch is a ValueError
         print(f"specexit draft convert: {e}", file=sys.stderr)
@@ -449,6 +450,12 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--think-end", default="</think>", help="think-end text in the target tokenizer")
     c.add_argument(
         "--split-token", action="append", help="paragraph-break text (repeat; default: all blank-line tokens)"
+    )
+    c.add_argument(
+        "--format",
+        default="flat",  # checked by the converter (specexit_core/draft/formats.py: FORMATS)
+        help="layout of DST's config.json (docs/draft_formats.md): flat (default) or speculators "
+        "(`vllm serve DST` serves --target with DST as its draft)",
     )
     c.set_defaults(func=cmd_draft_convert)
 

@@ -18,7 +18,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from specexit_core.draft.config import DraftConfig
+from specexit_core.draft import formats
+from specexit_core.draft.config import LAYER_OPTIONS, DraftConfig
 from specexit_core.draft.model import SpecExitDraft, expected_shapes
 from specexit_core.draft.weights import WEIGHT_FILES, read_tensors
 from specexit_core.exit import SIGNALS
@@ -122,18 +123,26 @@ def convert(
     add_signals: bool,
     token_ids: dict | None = None,
     target_num_layers: int | None = None,
+    fmt: str = formats.FLAT,
+    verifier: str | None = None,
+    verifier_architectures: list[str] | None = None,
 ) -> Path:
     """Stock EAGLE-3 -> SpecExit (zero-initialised signal rows: raw 0 = confidence 0.5, progress 0.5,
     remaining 0) or SpecExit -> stock (signal rows dropped). Other tensors are copied unchanged.
-    `src` may be a published head (weights.py); `dst` always gets `model.safetensors` and a config
-    naming its aux layers. `token_ids` ({think_start, think_end, split}) are what the vLLM plugin
-    needs to serve the result; `target_num_layers` resolves a head that names no aux layers."""
+    `src` may be a published head in either layout (weights.py, formats.py); `dst` gets
+    `model.safetensors` and a config in layout `fmt` naming its aux layers and layer options (so no
+    reader's default decides them). `token_ids` ({think_start, think_end, split}) are what the vLLM
+    plugin needs to serve the result; `target_num_layers` resolves a head that names no aux layers;
+    `verifier` (+ its architectures): the target the speculators layout names (default: `src`'s)."""
+    if fmt not in formats.FORMATS:
+        raise ValueError(f"--format {fmt!r}: one of {list(formats.FORMATS)}")
     src, dst = Path(src), Path(dst)
     cfg_json = json.loads((src / "config.json").read_text())
     cfg = DraftConfig.from_hf_json(cfg_json, target_num_layers=target_num_layers)
     if token_ids is not None:
         cfg = cfg.replace(token_ids=dict(token_ids))
     tensors = read_tensors(src, cfg)
+    check_shapes(cfg, tensors, where=f"{src}: ")  # the head as it is, before any change
     fc = tensors["fc.weight"]
     if add_signals:
         if cfg.signals or fc.shape[0] != cfg.hidden_size:
@@ -146,9 +155,21 @@ def convert(
         tensors["fc.weight"] = fc[: cfg.hidden_size].contiguous()
         new_cfg = cfg.replace(signals=())
     check_shapes(new_cfg, tensors, where=f"{dst}: ")
+    out_json = _config_json(formats.flat_config(cfg_json), new_cfg)
+    if fmt == formats.SPECULATORS:
+        source = cfg_json.get("speculators_config") or {}
+        methods = source.get("proposal_methods") or [{}]
+        out_json = formats.speculators_json(
+            out_json,
+            verifier=verifier or (source.get("verifier") or {}).get("name_or_path"),
+            verifier_architectures=verifier_architectures or (source.get("verifier") or {}).get("architectures"),
+            speculative_tokens=methods[0].get("speculative_tokens") or formats.DEFAULT_SPECULATIVE_TOKENS,
+            extra={k: v for k, v in cfg_json.items() if k in ("speculators_version", "transformers_version")},
+        )
+        tensors = formats.speculators_tensor_names(tensors)
     dst.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(dst / "model.safetensors"))
-    _write_config(dst, cfg_json, new_cfg)
+    (dst / "config.json").write_text(json.dumps(out_json, indent=2) + "\n")
     for extra in src.iterdir():  # keep side files (README, training metadata), not other weights
         weights = extra.name in WEIGHT_FILES or extra.suffix in (".safetensors", ".bin")
         if extra.name != "config.json" and not weights and extra.is_file():
@@ -181,9 +202,28 @@ def set_exit_defaults(
 
 
 def _write_config(out_dir: Path, base_json: dict, cfg: DraftConfig) -> None:
-    """`config.json` = `base_json` (keys DraftConfig does not own are kept, e.g. training metadata)
-    with the `specexit` block and `architectures` that `cfg` says."""
-    owned = ("specexit", "architectures", "eagle_aux_hidden_state_layer_ids", "eagle_config")  # explicit aux ids
+    """`config.json` = `base_json` updated to what `cfg` says, in `base_json`'s layout."""
+    if formats.format_of(base_json) == formats.SPECULATORS:
+        out_json = dict(base_json)
+        flat = _config_json(formats.flat_config(base_json), cfg)
+        layer = formats.speculators_json(flat, verifier="-")["transformer_layer_config"]
+        out_json["transformer_layer_config"] = layer  # the `specexit` block rides there
+    else:
+        out_json = _config_json(base_json, cfg)
+    (out_dir / "config.json").write_text(json.dumps(out_json, indent=2) + "\n")
+
+
+def _config_json(base_json: dict, cfg: DraftConfig) -> dict:
+    """A flat `config.json`: `base_json` (keys DraftConfig does not own are kept, e.g. training metadata)
+    with the `specexit` block, `architectures`, aux layer ids and layer options that `cfg` says."""
+    owned = (
+        "specexit",
+        "architectures",
+        "model_type",
+        "eagle_aux_hidden_state_layer_ids",
+        "eagle_config",
+        *LAYER_OPTIONS,
+    )
     out_json = {k: v for k, v in base_json.items() if k not in owned}
     out_json.update({k: v for k, v in cfg.to_hf_json().items() if k in owned})
-    (out_dir / "config.json").write_text(json.dumps(out_json, indent=2) + "\n")
+    return out_json

@@ -7,25 +7,38 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any, NamedTuple
 
+from specexit_core.draft.formats import flat_config
 from specexit_core.exit import SIGNALS, ExitConfig
 from specexit_core.signals import ACTIVATIONS
 
-# vLLM picks the drafter class by this name; the SpecExit plugin registers its own class (the name
+# vLLM picks the drafter class by this name; the SpecExit plugin registers its own classes (a name
 # must start or end with "Eagle3", or vLLM renames it).
 STOCK_ARCH = "LlamaForCausalLMEagle3"
 SPECEXIT_ARCH = "SpecExitLlamaForCausalLMEagle3"
-# Names published heads carry for a Llama-layer EAGLE-3 drafter, all of which vLLM 0.32 runs as
-# `llama_eagle3.Eagle3LlamaForCausalLM` (its model registry; a plain "LlamaForCausalLM" becomes
-# "Eagle3LlamaForCausalLM" in vllm/transformers_utils/configs/eagle.py). Qwen3-target heads
-# (SpecForge, AngelSlim, Tengyunw) use these too: their draft layer is a Llama layer.
+STOCK_QWEN3_ARCH = "Eagle3Qwen3ForCausalLM"
+SPECEXIT_QWEN3_ARCH = "SpecExitQwen3ForCausalLMEagle3"
+# The draft's decoder layer -> (the stock architecture we write, the SpecExit one). "llama": vLLM's
+# `llama_eagle3.Eagle3LlamaForCausalLM` (the EAGLE-3 paper's layer); "qwen3": `qwen3_eagle3.
+# Eagle3Qwen3ForCausalLM` (Qwen3's layer: per-head RMSNorm of q and k before RoPE).
+ARCHES = {"llama": (STOCK_ARCH, SPECEXIT_ARCH), "qwen3": (STOCK_QWEN3_ARCH, SPECEXIT_QWEN3_ARCH)}
+LAYERS = tuple(ARCHES)
+SPECEXIT_ARCHES = frozenset(spec for _, spec in ARCHES.values())
+# Names published heads carry for each layer, as vLLM 0.32's model registry maps them (a plain
+# "LlamaForCausalLM" becomes "Eagle3LlamaForCausalLM" in vllm/transformers_utils/configs/eagle.py, a
+# "Qwen3ForCausalLM" "Eagle3Qwen3ForCausalLM"). Most Qwen3-target heads (SpecForge, AngelSlim,
+# Tengyunw) have a Llama layer; vLLM's speculators reader maps `model_type: qwen3` to the Qwen3 layer.
 LLAMA_LAYER_ARCHES = frozenset({STOCK_ARCH, SPECEXIT_ARCH, "Eagle3LlamaForCausalLM", "LlamaForCausalLM"})
-# Config keys that change the drafter's math in vLLM's llama_eagle3.py; SpecExitDraft implements each
-# one only at the value here (the EAGLE-3 paper's layer), so another value is refused, not ignored.
+QWEN3_LAYER_ARCHES = frozenset({STOCK_QWEN3_ARCH, SPECEXIT_QWEN3_ARCH, "Qwen3ForCausalLM"})
+# The layer variants vLLM's llama/qwen3 eagle3 models honour, each a config flag (default False in the
+# flat format; the speculators reader defaults norm_before_residual to True: draft/formats.py):
+#   norm_before_residual: the residual is hidden_norm(h) instead of h
+#   norm_before_fc: one RMSNorm over the 3 fused target layers before fc (weight `input_norm`)
+#   fc_norm: an RMSNorm per fused target layer before fc (weights `fc_norm.{0,1,2}`)
+#   norm_output: the hidden carried to the next draft step is the final norm's output, not its input
+LAYER_OPTIONS = ("norm_before_residual", "norm_before_fc", "fc_norm", "norm_output")
+# Config keys that change the drafter's math in vLLM's eagle3 models that SpecExitDraft implements
+# only at the value here, so another value is refused, not ignored.
 _FIXED_OPTIONS = {
-    "norm_before_residual": False,
-    "norm_before_fc": False,
-    "fc_norm": False,
-    "norm_output": False,
     "attention_bias": False,
     "mlp_bias": False,
     "hidden_act": "silu",
@@ -51,23 +64,43 @@ def vllm_default_aux_layer_ids(target_num_layers: int) -> tuple[int, int, int]:
 
 
 def aux_layer_ids_in(d: Mapping[str, Any]) -> tuple[int, ...] | None:
-    """The aux layer ids a draft `config.json` names, looked up in vLLM's order (top-level key first,
-    then `eagle_config`); None when it names none (vLLM then uses `vllm_default_aux_layer_ids`)."""
+    """The aux layer ids a draft `config.json` (either layout) names, looked up in vLLM's order (top-level
+    key first, then `eagle_config`); None when it names none (vLLM then uses `vllm_default_aux_layer_ids`)."""
+    d = flat_config(d)
     ids = d.get("eagle_aux_hidden_state_layer_ids") or (d.get("eagle_config") or {}).get(
         "eagle_aux_hidden_state_layer_ids"
     )
     return tuple(int(i) for i in ids) if ids else None
 
 
-def check_llama_layer_draft(d: Mapping[str, Any]) -> None:
-    """Refuse draft configs whose layer is not the one SpecExitDraft (and the SpecExit drafter in vLLM)
-    computes, naming the key: a Qwen3-layer drafter, EAGLE-1 style (no fc), norm variants, RoPE scaling."""
+def draft_layer(d: Mapping[str, Any]) -> str:
+    """The decoder layer a flat draft `config.json` names (`LAYERS`), from its architectures as vLLM 0.32
+    maps them; any other drafter is refused, naming the key."""
     arches = set(d.get("architectures") or [STOCK_ARCH])
-    if not arches & LLAMA_LAYER_ARCHES:
-        raise ValueError(
-            f"draft architectures {sorted(arches)}: only Llama-layer EAGLE-3 drafters are supported "
-            f"({sorted(LLAMA_LAYER_ARCHES)}); a Qwen3-layer drafter (Eagle3Qwen3ForCausalLM, q/k norms) is not"
-        )
+    for layer, names in (("llama", LLAMA_LAYER_ARCHES), ("qwen3", QWEN3_LAYER_ARCHES)):
+        if arches & names:
+            return layer
+    raise ValueError(
+        f"draft architectures {sorted(arches)}: only EAGLE-3 drafters with a Llama layer "
+        f"({sorted(LLAMA_LAYER_ARCHES)}) or a Qwen3 layer ({sorted(QWEN3_LAYER_ARCHES)}) are supported"
+    )
+
+
+def layer_options(d: Mapping[str, Any]) -> dict[str, bool]:
+    """`LAYER_OPTIONS` of a flat draft `config.json`, read where and as vLLM 0.32's eagle3 models read
+    them: `norm_before_fc` from `eagle_config` first, then the top level; the others at the top level;
+    absent = False."""
+    eagle = d.get("eagle_config") or {}
+    out = {k: bool(d.get(k) or False) for k in LAYER_OPTIONS}
+    out["norm_before_fc"] = bool(eagle.get("norm_before_fc", d.get("norm_before_fc")) or False)
+    return out
+
+
+def check_supported_draft(d: Mapping[str, Any]) -> str:
+    """Refuse draft configs SpecExitDraft (and the SpecExit drafters in vLLM) do not compute, naming the
+    key: another drafter, EAGLE-1 style (no fc), biases, activations, several layers, RoPE scaling,
+    sliding windows. Returns the layer (`draft_layer`)."""
+    layer = draft_layer(d)
     eagle = d.get("eagle_config") or {}
     if eagle.get("use_aux_hidden_state", True) is not True:
         raise ValueError("draft eagle_config.use_aux_hidden_state is false: an EAGLE-1 style head, not EAGLE-3")
@@ -79,6 +112,9 @@ def check_llama_layer_draft(d: Mapping[str, Any]) -> None:
         rope = d.get(key) or {}
         if rope.get("rope_type", rope.get("type", "default")) != "default":
             raise ValueError(f"draft config {key} {rope!r}: SpecExitDraft implements plain RoPE only")
+    if d.get("use_sliding_window") or "sliding_attention" in (d.get("layer_types") or []):
+        raise ValueError("draft config use_sliding_window / layer_types: SpecExitDraft implements full attention only")
+    return layer
 
 
 @dataclass(frozen=True)
@@ -105,8 +141,15 @@ class DraftConfig:
     exit_profiles: dict | None = None
     # per reasoning effort level (a calibrated file's `efforts`: specexit_core/exit/efforts.py)
     exit_efforts: dict | None = None
+    layer: str = "llama"  # the decoder layer (LAYERS)
+    norm_before_residual: bool = False  # the layer variants (LAYER_OPTIONS)
+    norm_before_fc: bool = False
+    fc_norm: bool = False
+    norm_output: bool = False
 
     def __post_init__(self):
+        if self.layer not in LAYERS:
+            raise ValueError(f"layer must be one of {LAYERS}, got {self.layer!r}")
         if self.token_ids is not None and set(self.token_ids) != {"think_start", "think_end", "split"}:
             raise ValueError(f"token_ids needs keys think_start, think_end, split; got {sorted(self.token_ids)}")
         if self.exit_defaults is not None:
@@ -141,10 +184,19 @@ class DraftConfig:
 
     @classmethod
     def for_target(
-        cls, target_cfg, *, aux_layer_ids, draft_vocab_size, signals=SIGNALS, token_ids: dict | None = None
+        cls,
+        target_cfg,
+        *,
+        aux_layer_ids,
+        draft_vocab_size,
+        signals=SIGNALS,
+        token_ids: dict | None = None,
+        layer: str = "llama",
     ) -> DraftConfig:
-        """A one-layer drafter shaped like the target (same hidden size, heads and head dim)."""
+        """A one-layer drafter shaped like the target (same hidden size, heads and head dim), with the
+        decoder layer `layer` (LAYERS) and its options at their defaults."""
         return cls(
+            layer=layer,
             hidden_size=target_cfg.hidden_size,
             num_attention_heads=target_cfg.num_attention_heads,
             num_key_value_heads=target_cfg.num_key_value_heads,
@@ -166,9 +218,10 @@ class DraftConfig:
 
     def to_hf_json(self) -> dict:
         """`config.json` for vLLM: a one-layer Llama with the Eagle3 fields, plus a `specexit` block."""
+        stock, spec = ARCHES[self.layer]
         d = {
-            "architectures": [SPECEXIT_ARCH if self.signals else STOCK_ARCH],
-            "model_type": "llama",
+            "architectures": [spec if self.signals else stock],
+            "model_type": self.layer,
             "hidden_size": self.hidden_size,
             "num_attention_heads": self.num_attention_heads,
             "num_key_value_heads": self.num_key_value_heads,
@@ -191,6 +244,8 @@ class DraftConfig:
                 "eagle_aux_hidden_state_layer_ids": list(self.aux_layer_ids),
                 "use_aux_hidden_state": True,
             },
+            # explicit, so no reader's default decides them (the speculators one differs)
+            **{k: getattr(self, k) for k in LAYER_OPTIONS},
         }
         if self.signals:
             d["specexit"] = {
@@ -210,9 +265,14 @@ class DraftConfig:
 
     @classmethod
     def from_hf_json(cls, d: dict, *, target_num_layers: int | None = None) -> DraftConfig:
-        """Ours or a published head's `config.json`. Without aux layer ids (many published heads
-        name none) the layers are vLLM's default for the target, so its layer count is needed."""
-        check_llama_layer_draft(d)
+        """Ours or a published head's `config.json`, in either layout (draft/formats.py). Without aux
+        layer ids (many published heads name none) the layers are vLLM's default for the target, so
+        its layer count is needed."""
+        d = flat_config(d)
+        layer = check_supported_draft(d)
+        for key in ("hidden_size", "num_attention_heads", "intermediate_size", "vocab_size"):
+            if not isinstance(d.get(key), int) or d[key] < 1:
+                raise ValueError(f"draft config.json {key} = {d.get(key)!r}: a positive integer is needed")
         ids = aux_layer_ids_in(d)
         if ids is None:
             if target_num_layers is None:
@@ -244,6 +304,8 @@ class DraftConfig:
             exit_defaults=spec.exit_defaults,
             exit_profiles=spec.exit_profiles,
             exit_efforts=spec.exit_efforts,
+            layer=layer,
+            **layer_options(d),
         )
 
     def to_json(self) -> dict:
@@ -271,6 +333,8 @@ def read_specexit_fields(config: Mapping[str, Any] | Any) -> SpecExitFields:
     """The `specexit` block of a draft config: a `config.json` mapping, or the transformers config
     object vLLM loaded from it. The one reader of that block (`DraftConfig.from_hf_json` uses it;
     the vLLM plugin, which only has vLLM's config object, too)."""
+    if isinstance(config, Mapping):
+        config = flat_config(config)
     block = config.get("specexit") if isinstance(config, Mapping) else getattr(config, "specexit", None)
     block = block or {}
     return SpecExitFields(

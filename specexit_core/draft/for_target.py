@@ -13,7 +13,8 @@ import json
 from pathlib import Path
 
 from specexit_core.draft.checkpoint import convert
-from specexit_core.draft.config import DraftConfig, aux_layer_ids_in
+from specexit_core.draft.config import DraftConfig, aux_layer_ids_in, read_specexit_fields
+from specexit_core.draft.formats import FLAT
 from specexit_core.exit.split_tokens import single_token_id, split_token_ids
 
 THINK_START, THINK_END = "<think>", "</think>"
@@ -56,17 +57,19 @@ def convert_for_target(
     think_start: str = THINK_START,
     think_end: str = THINK_END,
     split_tokens: list[str] | None = None,
+    fmt: str = FLAT,
 ) -> Path:
     """`convert` with the target's facts filled in. Adding signals needs token ids: `token_ids` as
     given, else those `src` already carries, else the target tokenizer's (`target`); none of these
-    is an error, since the result could not be served."""
+    is an error, since the result could not be served. In the speculators layout (`fmt`) the target
+    is the verifier `vllm serve DST` serves."""
     layers = layers_for_head(src, target)
     src_json = json.loads((Path(src) / "config.json").read_text())
     # a head we cannot use (e.g. no aux layers for a target under 7 layers) is refused before the
     # target's tokenizer is read (a 152k-token vocabulary scan for the split ids)
     DraftConfig.from_hf_json(src_json, target_num_layers=layers)
     if add_signals and token_ids is None:
-        carried = (src_json.get("specexit") or {}).get("token_ids")
+        carried = read_specexit_fields(src_json).token_ids
         if carried is None:
             if target is None:
                 raise ValueError(
@@ -77,4 +80,17 @@ def convert_for_target(
 
             tok = AutoTokenizer.from_pretrained(str(target))
             token_ids = exit_token_ids(tok, think_start=think_start, think_end=think_end, split_tokens=split_tokens)
-    return convert(src, dst, add_signals=add_signals, token_ids=token_ids, target_num_layers=layers)
+    verifier = verifier_archs = None
+    if target is not None:
+        verifier = str(Path(target).resolve())
+        verifier_archs = json.loads((Path(target) / "config.json").read_text()).get("architectures")
+    return convert(
+        src,
+        dst,
+        add_signals=add_signals,
+        token_ids=token_ids,
+        target_num_layers=layers,
+        fmt=fmt,
+        verifier=verifier,
+        verifier_architectures=verifier_archs,
+    )

@@ -1,15 +1,19 @@
-"""EAGLE-3 drafter in plain PyTorch, parameter-for-parameter what vLLM's `Eagle3LlamaForCausalLM` runs.
+"""EAGLE-3 drafter in plain PyTorch, parameter-for-parameter what vLLM's `Eagle3LlamaForCausalLM` (or,
+with `layer: qwen3`, `Eagle3Qwen3ForCausalLM`) runs, with the layer options vLLM honours.
 
 Data flow at draft index t (the convention of vLLM's EAGLE proposer):
     aux_t = concat(target hidden states of 3 layers at t)            [3 * Ht]
     fc(aux_t) = [h_t (H rows) | raw signals (3 rows, SpecExit only)]
     layer input: token x_{t+1} (embedded) and h_t, RoPE position t  -> predicts x_{t+2}
-Later draft steps j >= 1 reuse the layer's pre-norm output as h and move the position by one.
+Later draft steps j >= 1 reuse the layer's pre-norm output as h (`carry`) and move the position by one.
 
-Layer math (vLLM's Eagle3 LlamaDecoderLayer with norm_before_residual=False):
+Layer math (vLLM's Eagle3 LlamaDecoderLayer with its options off):
     residual = h;  x = [input_layernorm(emb) ; hidden_norm(h)]   (2H into q/k/v)
     residual = attn(x) + residual;  m = mlp(post_attention_layernorm(residual))
     prenorm  = m + residual;  logits = lm_head(norm(prenorm))     (draft vocab; d2t maps to target ids)
+The options (DraftConfig, `LAYER_OPTIONS`): norm_before_residual: residual = hidden_norm(h);
+norm_before_fc: fc(input_norm(aux)); fc_norm: fc([fc_norm[i](aux_i)]); norm_output: carry norm(prenorm).
+The Qwen3 layer normalises each head of q and k (q_norm, k_norm: RMSNorm over head_dim) before RoPE.
 """
 
 from __future__ import annotations
@@ -62,14 +66,22 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(2 * h, nkv * hd, bias=False)
         self.v_proj = nn.Linear(2 * h, nkv * hd, bias=False)
         self.o_proj = nn.Linear(nh * hd, h, bias=False)
+        if cfg.layer == "qwen3":  # Qwen3Attention: RMSNorm over each head's dims, before RoPE
+            self.q_norm = RMSNorm(hd, cfg.rms_norm_eps)
+            self.k_norm = RMSNorm(hd, cfg.rms_norm_eps)
+        else:
+            self.q_norm = self.k_norm = None
 
     def qkv(self, x: torch.Tensor, pos: torch.Tensor):
         """x [B, T, 2H] -> q [B, nh, T, d], k/v [B, nkv, T, d] (`repeat_kv` spreads them over the q heads)."""
         b, t, _ = x.shape
         x = autocast_input(x)
-        q = self.q_proj(x).view(b, t, self.nh, self.hd).transpose(1, 2)
-        k = self.k_proj(x).view(b, t, self.nkv, self.hd).transpose(1, 2)
+        q = self.q_proj(x).view(b, t, self.nh, self.hd)
+        k = self.k_proj(x).view(b, t, self.nkv, self.hd)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
         v = self.v_proj(x).view(b, t, self.nkv, self.hd).transpose(1, 2)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
         return rope(q, pos, self.theta), rope(k, pos, self.theta), v
 
     def repeat_kv(self, kv: torch.Tensor) -> torch.Tensor:
@@ -110,7 +122,11 @@ class SpecExitDraft(nn.Module):
         h = cfg.hidden_size
         self.embed_tokens = nn.Embedding(cfg.vocab_size, h)  # copied from the target, frozen
         self.embed_tokens.weight.requires_grad_(False)
-        self.fc = nn.Linear(3 * cfg.target_hidden_size, cfg.fc_out, bias=False)
+        ht = cfg.target_hidden_size
+        # the options that normalise fc's input (None when off: no parameter, as in vLLM)
+        self.input_norm = RMSNorm(3 * ht, cfg.rms_norm_eps) if cfg.norm_before_fc else None
+        self.fc_norm = nn.ModuleList(RMSNorm(ht, cfg.rms_norm_eps) for _ in range(3)) if cfg.fc_norm else None
+        self.fc = nn.Linear(3 * ht, cfg.fc_out, bias=False)
         self.midlayer = MidLayer(cfg)
         self.norm = RMSNorm(h, cfg.rms_norm_eps)
         self.lm_head = nn.Linear(h, cfg.draft_vocab_size, bias=False)
@@ -118,17 +134,27 @@ class SpecExitDraft(nn.Module):
         self.register_buffer("t2d", torch.ones(cfg.vocab_size, dtype=torch.bool))
 
     # -- pieces --------------------------------------------------------------------------------
+    def fc_input(self, aux: torch.Tensor) -> torch.Tensor:
+        """[.., 3*Ht] target features -> what fc multiplies (normalised under norm_before_fc / fc_norm,
+        in vLLM's order: input_norm, then fc_norm per target layer)."""
+        if self.input_norm is not None:
+            aux = self.input_norm(aux)
+        if self.fc_norm is not None:
+            aux = torch.cat([norm(c) for norm, c in zip(self.fc_norm, aux.chunk(3, dim=-1))], -1)
+        return aux
+
     def fuse(self, aux: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """[.., 3*Ht] target features -> (h [.., H], raw signals [.., n_signals])."""
-        y = self.fc(aux)
+        y = self.fc(self.fc_input(aux))
         return y[..., : self.cfg.hidden_size], y[..., self.cfg.hidden_size :]
 
     def pre_attn(self, input_ids, hidden, pos):
         """Returns q [B, nh, T, d], k/v [B, nkv, T, d] and the residual of the single decoder layer."""
         layer = self.midlayer
-        x = torch.cat([layer.input_layernorm(self.embed_tokens(input_ids)), layer.hidden_norm(hidden)], -1)
+        normed = layer.hidden_norm(hidden)
+        x = torch.cat([layer.input_layernorm(self.embed_tokens(input_ids)), normed], -1)
         q, k, v = layer.self_attn.qkv(x, pos)
-        return q, k, v, hidden
+        return q, k, v, normed if self.cfg.norm_before_residual else hidden
 
     def block_out(self, attn_out, residual):
         """Attention output [B, nh, T, d] -> the layer's pre-norm output (the next step's hidden)."""
@@ -140,10 +166,14 @@ class SpecExitDraft(nn.Module):
         """Pre-norm hidden -> draft-vocab logits."""
         return self.lm_head(self.norm(prenorm))
 
+    def carry(self, prenorm):
+        """The layer's pre-norm output -> the hidden the next draft step takes (vLLM's `aux_output`)."""
+        return self.norm(prenorm) if self.cfg.norm_output else prenorm
+
     def post_attn(self, attn_out, residual):
-        """Attention output [B, nh, T, d] -> (draft-vocab logits, pre-norm hidden for the next step)."""
+        """Attention output [B, nh, T, d] -> (draft-vocab logits, the hidden for the next step)."""
         prenorm = self.block_out(attn_out, residual)
-        return self.head(prenorm), prenorm
+        return self.head(prenorm), self.carry(prenorm)
 
     # -- vocab mapping -------------------------------------------------------------------------
     def draft_to_target(self, draft_ids: torch.Tensor) -> torch.Tensor:
@@ -158,7 +188,8 @@ class SpecExitDraft(nn.Module):
 
     # -- inference: one forward over new positions with a KV cache ------------------------------
     def forward_cached(self, input_ids, hidden, pos, cache: DraftKV | None):
-        """Run new positions (attending to the cache and causally to each other); append their k/v."""
+        """Run new positions (attending to the cache and causally to each other); append their k/v.
+        Returns (draft-vocab logits, the hidden the next step takes, the cache)."""
         q, k, v, res = self.pre_attn(input_ids, hidden, pos)
         if cache is None:
             cache = DraftKV()
@@ -170,8 +201,8 @@ class SpecExitDraft(nn.Module):
         attn = self.midlayer.self_attn
         o = F.scaled_dot_product_attention(q, attn.repeat_kv(k_all), attn.repeat_kv(v_all), attn_mask=mask)
         cache.k, cache.v = k_all, v_all
-        logits, prenorm = self.post_attn(o, res)
-        return logits, prenorm, cache
+        logits, carried = self.post_attn(o, res)
+        return logits, carried, cache
 
 
 class DraftKV:

@@ -90,11 +90,12 @@ def ttt_unroll(draft: SpecExitDraft, aux, input_ids, unroll: int, *, hidden=None
         step_ids = input_ids[:, tok_pos.clamp(max=t_len - 1)]
         pos = (idx + j)[None].expand(b, n)
         if recompute:
-            hidden, k, v = _recomputed(_unroll_step, draft, step_ids, hidden, pos, *kv)
+            prenorm, k, v = _recomputed(_unroll_step, draft, step_ids, hidden, pos, *kv)
         else:
-            hidden, k, v = _unroll_step(draft, step_ids, hidden, pos, *kv)
+            prenorm, k, v = _unroll_step(draft, step_ids, hidden, pos, *kv)
         kv = kv + (k, v)
-        yield j, hidden, tok_pos
+        yield j, prenorm, tok_pos
+        hidden = draft.carry(prenorm)
 
 
 def _chunk_ce(draft: SpecExitDraft, prenorm, target_logits, tgt_pos, m):

@@ -2,14 +2,15 @@
 
 vLLM calls `register()` in every process it starts (front end, engine core, workers), so the
 draft architecture and the runner hook exist wherever the model runs. Off unless the draft is a
-SpecExit draft (architecture `SpecExitLlamaForCausalLMEagle3`, `fc` with 3 signal rows).
+SpecExit draft (architecture `SpecExitLlamaForCausalLMEagle3` or `SpecExitQwen3ForCausalLMEagle3`,
+`fc` with 3 signal rows; in the speculators layout a `specexit` block in `transformer_layer_config`).
 """
 
 from __future__ import annotations
 
 import logging
 
-from specexit_core.draft.config import SPECEXIT_ARCH
+from specexit_core.draft.config import SPECEXIT_ARCH, SPECEXIT_QWEN3_ARCH
 from specexit_core.vllm_plugin.version import SUPPORTED, check_vllm_version
 
 log = logging.getLogger("specexit.vllm")
@@ -29,8 +30,13 @@ def register() -> None:
     install_runner_choice()
     from vllm import ModelRegistry
 
-    if ARCH not in ModelRegistry.get_supported_archs():
-        ModelRegistry.register_model(ARCH, "specexit_core.vllm_plugin.drafter:SpecExitEagle3LlamaForCausalLM")
+    drafters = {ARCH: "SpecExitEagle3LlamaForCausalLM", SPECEXIT_QWEN3_ARCH: "SpecExitEagle3Qwen3ForCausalLM"}
+    for arch, cls in drafters.items():
+        if arch not in ModelRegistry.get_supported_archs():
+            ModelRegistry.register_model(arch, f"specexit_core.vllm_plugin.drafter:{cls}")
+    from specexit_core.vllm_plugin.speculators_format import install_speculators_format
+
+    install_speculators_format()  # a SpecExit draft in the speculators layout keeps its SpecExit drafter
     from specexit_core.vllm_plugin.controls import install_request_validation
     from specexit_core.vllm_plugin.cpu_fixes import install_cpu_fixes
     from specexit_core.vllm_plugin.runner_hook import install_runner_hook

@@ -17,30 +17,31 @@ import logging
 from functools import lru_cache
 from pathlib import Path
 
-from specexit_core.draft.config import SPECEXIT_ARCH
+from specexit_core.draft.config import SPECEXIT_ARCHES, read_specexit_fields
 
 log = logging.getLogger("specexit.vllm")
 
 
 @lru_cache(maxsize=64)
-def _archs_on_disk(model: str) -> frozenset[str]:
+def _specexit_on_disk(model: str) -> bool:
     try:
-        return frozenset(json.loads((Path(model) / "config.json").read_text()).get("architectures") or ())
+        d = json.loads((Path(model) / "config.json").read_text())
+        return bool(SPECEXIT_ARCHES & set(d.get("architectures") or ())) or bool(read_specexit_fields(d).signals)
     except (OSError, ValueError, AttributeError):
-        return frozenset()  # a hub id or an unreadable folder: vLLM's loaded hf_config decides
+        return False  # a hub id or an unreadable folder: vLLM's loaded hf_config decides
 
 
 def is_specexit_draft(speculative_config) -> bool:
     """Whether an engine's speculative model is a SpecExit draft (from its loaded HF config, or
-    the draft folder's config.json)."""
+    the draft folder's config.json, in either layout)."""
     if speculative_config is None:
         return False
     dmc = getattr(speculative_config, "draft_model_config", None)
     archs = set(getattr(getattr(dmc, "hf_config", None), "architectures", None) or ())
+    if archs:
+        return bool(SPECEXIT_ARCHES & archs)
     model = getattr(speculative_config, "model", None)
-    if not archs and model:
-        archs = set(_archs_on_disk(str(model)))
-    return SPECEXIT_ARCH in archs
+    return bool(model) and _specexit_on_disk(str(model))
 
 
 def wants_v1(speculative_config, env_choice: bool | None) -> bool | None:

@@ -320,7 +320,9 @@ class SpecExitRunnerState:
         ids, positions = _tensor(runner.input_ids), _tensor(runner.positions)
         w = self.model.signal_weight()
         if self._compiled_rows is None:  # the engine's device and dtype: the same every step
-            self._compiled_rows = idx.device.type == "cpu" and aux[0].dtype == torch.float32
+            # (the compiled loop multiplies the raw features: a drafter normalising fc's input takes the torch path)
+            plain = getattr(self.model, "plain_fc_input", True)
+            self._compiled_rows = idx.device.type == "cpu" and aux[0].dtype == torch.float32 and plain
         if self._compiled_rows:
             at = idx.numpy() if rows is None else idx.numpy()[rows]
             return self.kernels.cpu_rows(
@@ -332,6 +334,8 @@ class SpecExitRunnerState:
         # logits_indices are increasing token indices: as many as tokens means all of them, in order
         whole = rows is None and n == aux[0].shape[0]
         feats = torch.cat(aux if whole else [h.index_select(0, idx) for h in aux], dim=-1)
+        if not getattr(self.model, "plain_fc_input", True):
+            feats = self.model.fc_input(feats)
         sig = activate(torch.nn.functional.linear(feats.to(w.dtype), w).double())
         ids, positions = (
             (ids[:n], positions[:n]) if whole else (ids.index_select(0, idx), positions.index_select(0, idx))

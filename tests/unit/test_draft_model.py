@@ -120,11 +120,24 @@ def test_checkpoint_with_wrong_tensor_shape_is_rejected(tmp_path):
         load_draft(tmp_path / "ck")
 
 
+VARIANTS = [  # the decoder layers and layer options vLLM's eagle3 drafters honour (DraftConfig)
+    {},
+    {"layer": "qwen3"},
+    {"norm_before_residual": True},
+    {"norm_before_fc": True},
+    {"fc_norm": True},
+    {"norm_output": True},
+    {"layer": "qwen3", "norm_before_residual": True, "fc_norm": True, "norm_output": True},
+]
+
+
 @torch.no_grad()
-def test_ttt_unroll_equals_inference_chain():
+@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: "-".join(f"{k}={v[k]}" for k in v) or "plain")
+def test_ttt_unroll_equals_inference_chain(variant):
     """Training-time test sees exactly what inference sees: step j at index t == running the draft
-    with a KV cache over indices <= t (real features) and then j chained steps (teacher-forced)."""
-    d = random_draft(seed=1)
+    with a KV cache over indices <= t (real features) and then j chained steps (teacher-forced),
+    for every layer variant (the hidden carried between steps, `carry`, included)."""
+    d = random_draft(seed=1, **variant)
     T = 12
     ids = torch.randint(0, 50, (1, T))
     aux = torch.randn(1, T, 96)
@@ -352,3 +365,32 @@ def test_target_features_restricted_to_draft_vocab_equal_full_logits_sliced(teac
     aux0, _ = target_features(model, ids, mask, (0, 2, 3))
     torch.testing.assert_close(aux0, torch.cat([hf[0], hf[2], hf[3]], -1))
     torch.testing.assert_close(full, model(input_ids=ids, attention_mask=mask).logits.detach())
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("variant", VARIANTS[1:], ids=lambda v: "-".join(f"{k}={v[k]}" for k in v))
+def test_each_layer_variant_changes_the_drafts_and_has_vllms_tensors(variant):
+    """An option is not a no-op, and it brings the parameters vLLM's drafter loads for it."""
+    torch.manual_seed(3)
+    ids, aux = torch.randint(0, 50, (1, 6)), torch.randn(1, 6, 96)
+    plain, other = random_draft(seed=2), random_draft(seed=2, **variant)
+    shared = {k: v for k, v in plain.state_dict().items() if k in other.state_dict()}
+    other.load_state_dict(shared, strict=False)  # same weights where both have them
+    extra = set(other.state_dict()) - set(plain.state_dict())
+    for name, m in other.named_modules():  # the variant's own norms at random gains, so each one bites
+        if f"{name}.weight" in extra:
+            torch.nn.init.normal_(m.weight, mean=1.0, std=0.3)
+
+    def drafts(d):
+        hid, _ = d.fuse(aux)
+        lg, nxt, cache = d.forward_cached(ids, hid, torch.arange(6)[None], None)
+        lg2, _, _ = d.forward_cached(ids[:, -1:], nxt[:, -1:], torch.tensor([[6]]), cache)
+        return torch.cat([lg, lg2], 1)
+
+    assert not torch.allclose(drafts(plain), drafts(other), atol=1e-3)
+    want = {
+        "layer": {"midlayer.self_attn.q_norm.weight", "midlayer.self_attn.k_norm.weight"},
+        "norm_before_fc": {"input_norm.weight"},
+        "fc_norm": {"fc_norm.0.weight", "fc_norm.1.weight", "fc_norm.2.weight"},
+    }
+    assert extra == set().union(*(want.get(k, set()) for k in variant))
