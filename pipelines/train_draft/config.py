@@ -21,6 +21,9 @@ class TrainDraftConfig(TrainRunBase):
     # published EAGLE-3 head): a stock one gets zero signal rows (`specexit draft convert
     # --add-signals`), a SpecExit one is fine-tuned as is. Its draft vocab and aux layers are kept.
     init_draft: str | None = None
+    # The decoder layer of a new draft (init_draft keeps its own): "llama", the EAGLE-3 paper's, or
+    # "qwen3", Qwen3's (q/k norms), which vLLM runs as Eagle3Qwen3ForCausalLM (docs/draft_formats.md)
+    layer: str = "llama"
     include_embed: bool = True  # False: vLLM shares the target's embedding (saves a V x H tensor)
     steps: int = Field(100, ge=1)
     batch_size: int = Field(8, ge=1)  # per worker
@@ -42,6 +45,15 @@ class TrainDraftConfig(TrainRunBase):
     think_start: str = "<think>"
     think_end: str = "</think>"
     split_tokens: list[str] | None = None  # always in the draft vocab; None: auto (as labels)
+
+    @field_validator("layer")
+    @classmethod
+    def _known_layer(cls, v):
+        from specexit_core.draft.config import LAYERS
+
+        if v not in LAYERS:
+            raise ValueError(f"layer must be one of {list(LAYERS)}, got {v!r}")
+        return v
 
     @field_validator("aux_layer_ids")
     @classmethod

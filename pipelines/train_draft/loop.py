@@ -46,7 +46,7 @@ def build_draft(
     exit policy reads them from there."""
     aux = cfg.aux_layer_ids or default_aux_layers(target.config.num_hidden_layers)
     dcfg = DraftConfig.for_target(
-        target.config, aux_layer_ids=aux, draft_vocab_size=cfg.draft_vocab_size, token_ids=token_ids
+        target.config, aux_layer_ids=aux, draft_vocab_size=cfg.draft_vocab_size, token_ids=token_ids, layer=cfg.layer
     )
     draft = SpecExitDraft(dcfg)
     draft.d2t.copy_(d2t)

@@ -36,6 +36,7 @@ def recipe_shape(cfg: TrainDraftConfig, *, device_type: str, seq_len: int | None
             tcfg,
             aux_layer_ids=cfg.aux_layer_ids or default_aux_layers(tcfg.num_hidden_layers),
             draft_vocab_size=cfg.draft_vocab_size,
+            layer=cfg.layer,
         )
     else:
         raise SystemExit(f"memory: init_draft {cfg.init_draft} has no config.json and no draft_vocab_size is set")

@@ -1,7 +1,10 @@
 """Issue 41 item 2 on the vLLM CPU engine: a head in each layout and layer vLLM 0.32 runs (docs/draft_formats.md)
 drafts the same tokens in the SpecExit drafter as in vLLM's own. For each variant: the head as vLLM loads it
-(no plugin class involved: its own Eagle3 Llama / Qwen3 drafter), and the same head converted with
-`specexit draft convert --add-signals` (same layout) served with the signals never firing. Both give the
+(no plugin class involved: its own Eagle3 Llama / Qwen3 drafter; the head as `--strip-signals` gives it back,
+tensor for tensor), and the same head converted with
+`specexit draft convert --add-signals` (same layout) served with the signals never firing (a speculators one
+given to vLLM as the model folder itself, as `vllm serve FOLDER` does: vLLM serves the verifier it names,
+`--target`, with it as the draft, on the SpecExit drafter the plugin keeps it on). Both give the
 same greedy tokens as plain decoding (transformers on the toy teacher) and the same accepted-token count;
 the PyTorch draft training and the reference engine use (SpecExitDraft, loaded from the converted folder)
 accepts the same drafts too, within float rounding.
@@ -13,7 +16,7 @@ import json
 
 import pytest
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 
 from specexit_app.bench.spec_counters import attach
 from specexit_app.bench.vllm_bench import engine_kwargs
@@ -62,11 +65,16 @@ def variant_head(folder, fmt: str, options: dict):
     return head
 
 
-def serve(draft, prompts) -> tuple[list[list[int]], int]:
-    """Greedy token ids of every prompt and the drafts accepted, on an engine of its own."""
+def serve(draft, prompts, *, direct: bool = False) -> tuple[list[list[int]], int]:
+    """Greedy token ids of every prompt and the drafts accepted, on an engine of its own. `direct`: the
+    draft folder is the engine's model (`vllm serve FOLDER` for a speculators-layout draft: vLLM serves its
+    verifier with it), else the toy teacher with the draft as its speculative model."""
     from vllm import LLM, SamplingParams
 
-    llm = LLM(**engine_kwargs(draft, 3))
+    kwargs = engine_kwargs(draft, 3)
+    if direct:
+        kwargs = {**{k: v for k, v in kwargs.items() if k != "speculative_config"}, "model": str(draft)}
+    llm = LLM(**kwargs)
     try:
         counters = attach(llm)
         sp = SamplingParams(max_tokens=MAX_TOKENS, temperature=0, extra_args=NEVER)
@@ -94,8 +102,13 @@ def test_specexit_drafter_drafts_what_vllms_own_drafter_drafts(name, tmp_path, p
     head = variant_head(tmp_path, fmt, options)
     spec = convert_for_target(head, tmp_path / "specexit", add_signals=True, target=TEACHER_DIR, fmt=fmt)
     assert formats.format_of(json.loads((spec / "config.json").read_text())) == fmt
-    stock_ids, stock_accepted = serve(head, prompts)
-    spec_ids, spec_accepted = serve(spec, prompts)
+    # the way back (--strip-signals, same layout): the head again, which vLLM serves on its own drafter
+    back = convert_for_target(spec, tmp_path / "back", add_signals=False, target=TEACHER_DIR, fmt=fmt)
+    head_t, back_t = load_file(str(head / "model.safetensors")), load_file(str(back / "model.safetensors"))
+    assert head_t.keys() == back_t.keys() and all(torch.equal(head_t[k], back_t[k]) for k in head_t)
+    stock_ids, stock_accepted = serve(back, prompts)
+    # a speculators-layout SpecExit draft is served as `vllm serve FOLDER` would: the folder names its target
+    spec_ids, spec_accepted = serve(spec, prompts, direct=fmt == formats.SPECULATORS)
     assert stock_ids == plain  # vLLM's own drafter: lossless, as speculative decoding must be
     assert spec_ids == plain
     print(f"{name}: accepted {stock_accepted} (vLLM's drafter) vs {spec_accepted} (SpecExit's)")

@@ -306,3 +306,81 @@ def _tiny_target(tmp_path):
         )
     )
     return t
+
+
+def test_train_draft_starts_from_a_speculators_qwen3_head_and_keeps_its_layer(tmp_path):
+    """`init_draft:` a speculators-layout head with a Qwen3 layer and norm_before_residual (RedHatAI's
+    style): the job's starting folder is a SpecExit draft with the same layer and options."""
+    from pipelines.train_draft.config import TrainDraftConfig
+    from pipelines.train_draft.job import prepare_init_draft
+
+    target = _tiny_target(tmp_path)
+    d = speculators_head(layer={"model_type": "qwen3"}, eagle_aux_hidden_state_layer_ids=AUX, norm_before_residual=True)
+    cfg = DraftConfig.from_hf_json(d)
+    head = write_head(tmp_path / "head", d, speculators_tensors(cfg), "safetensors")
+    job = TrainDraftConfig(input="x", output="y", target=str(target), run_name="r", init_draft=str(head))
+    init, d2t, _ = prepare_init_draft(job, tmp_path / "run", must_keep=[])
+    se = read_config(init)
+    assert (se.layer, se.norm_before_residual, se.signals, se.aux_layer_ids) == ("qwen3", True, SIGNALS, tuple(AUX))
+    assert load_draft(init, target_embed=torch.zeros(V, H)).midlayer.self_attn.k_norm is not None
+
+
+def test_a_new_draft_takes_the_recipes_layer():
+    """`layer: qwen3` in the train_draft config (examples/qwen3_like/train_draft_qwen3_layer.yaml): the
+    new draft has Qwen3's layer; an unknown layer is a config error naming the choices."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from pipelines.stages import load_stage_config
+    from pipelines.train_draft.config import TrainDraftConfig
+    from pipelines.train_draft.loop import build_draft
+
+    recipe = load_stage_config("train_draft", "examples/qwen3_like/train_draft_qwen3_layer.yaml")
+    assert recipe.layer == "qwen3"
+    target = Qwen3ForCausalLM(
+        Qwen3Config(
+            vocab_size=V,
+            hidden_size=H,
+            num_hidden_layers=4,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=8,
+            intermediate_size=64,
+        )
+    )
+    job = TrainDraftConfig(
+        input="x", output="y", target="t", run_name="r", draft_vocab_size=N, aux_layer_ids=(1, 2, 3), layer="qwen3"
+    )
+    draft = build_draft(target, job, torch.zeros(N, dtype=torch.long), torch.ones(V, dtype=torch.bool))
+    assert draft.cfg.layer == "qwen3" and draft.cfg.to_hf_json()["architectures"] == [SPECEXIT_QWEN3_ARCH]
+    with pytest.raises(ValueError, match="layer must be one of"):
+        TrainDraftConfig(input="x", output="y", target="t", run_name="r", draft_vocab_size=N, layer="mistral")
+
+
+def test_exit_defaults_written_into_a_speculators_draft_keep_its_layout(tmp_path):
+    """Calibration writes the chosen exit into the served draft (`set_exit_defaults`): a speculators-layout
+    draft stays in that layout, its `specexit` block where vLLM hands it to the drafter."""
+    from specexit_core.draft.checkpoint import set_exit_defaults
+
+    d = speculators_head(eagle_aux_hidden_state_layer_ids=AUX)
+    head = write_head(tmp_path / "head", d, speculators_tensors(DraftConfig.from_hf_json(d)), "safetensors")
+    out = tmp_path / "out"
+    argv = [
+        "draft",
+        "convert",
+        str(head),
+        str(out),
+        "--add-signals",
+        "--token-ids",
+        TOKEN_IDS,
+        "--format",
+        "speculators",
+    ]
+    assert cli_main(argv) == 0
+    set_exit_defaults(out, {"confidence_threshold": 0.7})
+    j = json.loads((out / "config.json").read_text())
+    assert (
+        formats.format_of(j) == formats.SPECULATORS
+        and j["speculators_config"] == json.loads((tmp_path / "head" / "config.json").read_text())["speculators_config"]
+    )
+    assert j["transformer_layer_config"]["specexit"]["exit_defaults"] == {"confidence_threshold": 0.7}
+    assert read_config(out).exit_defaults == {"confidence_threshold": 0.7}
