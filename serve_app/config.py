@@ -13,6 +13,7 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from specexit_core.exit import ExitConfig
 from specexit_core.exit.efforts import parse_effort
+from specexit_core.exit.profiles import SamplingProfile, served_default_profile
 from specexit_core.teachers.model_ref import resolve_model
 from specexit_core.typed_config import StrictModel, load_config
 from specexit_core.vllm_plugin.long_controls import KEY as LONG_KEY
@@ -302,6 +303,18 @@ class AppArgs(ServeArgs):
         if self.graceful_shutdown_timeout_s is not None:
             return self.graceful_shutdown_timeout_s
         return self.request_timeout_s + SHUTDOWN_MARGIN_S
+
+
+def served_sampling(args: AppArgs) -> SamplingProfile:
+    """The sampling profile this deployment serves a request that names none with: its model's defaults
+    as vLLM applies them (`served_default_profile`, with the app's `engine_kwargs` generation_config /
+    override_generation_config). `specexit calibrate --serve-config` calibrates at it."""
+    kw = args.model.engine_kwargs
+    return served_default_profile(
+        args.model.source,
+        generation_config=kw.get("generation_config", "auto"),
+        override=kw.get("override_generation_config"),
+    )
 
 
 def load_args(args: dict | AppArgs | None) -> AppArgs:

@@ -306,11 +306,34 @@ def cmd_long_writer_check(args: argparse.Namespace) -> int:
     return 0 if meets_target(res) else 1
 
 
+def served_profile_flags(serve_config: str, app: str | None) -> dict:
+    """`--serve-config FILE [--app NAME]`: the sampling the deployment serves a request that names none
+    with (serve_app.config.served_sampling), as calibrate's temperatures (greedy first) / top_p / top_k."""
+    from serve_app.config import load_args, served_sampling
+    from specexit_core.typed_config import ConfigError, read_yaml
+
+    apps = read_yaml(serve_config).get("applications") or []
+    chosen = [a for a in apps if app is None or a.get("name") == app]
+    if len(chosen) != 1:
+        names = [a.get("name") for a in apps]
+        raise ConfigError(f"--serve-config {serve_config}: name one application with --app (it has {names})")
+    prof = served_sampling(load_args(chosen[0].get("args")))
+    temps = [0.0] if prof.temperature == 0 else [0.0, prof.temperature]
+    logging.getLogger("specexit.calibrate").info("the deployment serves %s: calibrating at %s", prof.name, temps)
+    return {"temperatures": temps, "top_p": prof.top_p, "top_k": prof.top_k}
+
+
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from pipelines.calibrate.job import main as calibrate_main
     from specexit_core.typed_config import ConfigError
 
     try:
+        sampling = {"temperatures": csv(args.temperatures, float), "top_p": args.top_p, "top_k": args.top_k}
+        if args.serve_config:  # the flags given on the command line win over the Serve config's
+            served = served_profile_flags(args.serve_config, args.app)
+            sampling = {k: served[k] if v is None else v for k, v in sampling.items()}
+        elif args.app:
+            raise ConfigError("--app goes with --serve-config FILE")
         return calibrate_main(
             args.config,
             output=args.output,
@@ -319,13 +342,45 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             prompts=args.prompts,
             prompt_column=args.prompt_column,
             samples=args.samples,
-            temperatures=csv(args.temperatures, float),
-            top_p=args.top_p,
-            top_k=args.top_k,
+            **sampling,
         )
     except (ConfigError, ValueError) as e:  # ValueError: --temperatures that are not numbers
         print(f"specexit calibrate: {e}", file=sys.stderr)
         return 2
+
+
+def cmd_signals(args: argparse.Namespace) -> int:
+    from pipelines.calibrate.signal_quality import measure
+    from specexit_core.typed_config import ConfigError
+
+    try:
+        res = measure(args.eval_dir, args.draft, config=args.config, temperatures=csv(args.temperatures, float))
+    except (ConfigError, ValueError, OSError) as e:
+        print(f"specexit signals: {e}", file=sys.stderr)
+        return 2
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(res, indent=2) + "\n")
+    for t, r in res["by_temperature"].items():
+        c, g, h = r["confidence"], r["regression"], r["headroom"]
+        auroc = "n/a" if c["auroc"] is None else f"{c['auroc']:.3f}"
+        print(
+            f"T={t}: {r['traces']} traces; confidence AUROC {auroc} over {c['breaks']} probed breaks ({c['right']} right)"
+        )
+        if g["tokens"]:
+            print(
+                f"  progress MAE {g['progress_mae']:.3f}, remaining MAE {g['remaining_mae_tokens']:.1f} tokens "
+                f"({g['remaining_mae_log1p']:.2f} in log1p) over {g['tokens']} think tokens"
+            )
+        e, o = h["eagle3"], h["oracle"]
+        print(
+            f"  eagle3 {e['accuracy']:.3f} at {e['think_tokens']:.1f} think tokens; oracle {o['accuracy']:.3f} at {o['think_tokens']:.1f}"
+        )
+        for p in h["front"]:
+            print(f"  front: {p['accuracy']:.3f} at {p['think_tokens']:.1f} think tokens  {json.dumps(p['exit'])}")
+    if args.json:
+        print(json.dumps(res))
+    return 0
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -610,6 +665,14 @@ def build_parser() -> argparse.ArgumentParser:
     ca.add_argument("--top-p", type=float, help="nucleus top-p of every sampled request (default: the config's)")
     ca.add_argument("--top-k", type=int, help="top-k of every sampled request, 0 = off (default: the config's)")
     ca.add_argument(
+        "--serve-config",
+        metavar="FILE",
+        help="a Serve config (e.g. examples/qwen3_like/serve.yaml): calibrate at the sampling it serves a "
+        "request that names none with (its model's generation_config.json as vLLM applies it), greedy too; "
+        "--temperatures / --top-p / --top-k given win",
+    )
+    ca.add_argument("--app", help="the application of --serve-config to read (default: its only one)")
+    ca.add_argument(
         "--samples",
         type=int,
         metavar="K",
@@ -618,6 +681,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ca.add_argument("--json", action="store_true", help="print the result as one JSON line (the last line)")
     ca.set_defaults(func=cmd_calibrate)
+
+    sg = sub.add_parser(
+        "signals",
+        help="how good the exit signals are on a run's traces: confidence AUROC and reliability at the "
+        "probed breaks, progress / remaining error by position, the best exits the calibration grid allows",
+    )
+    sg.add_argument("eval_dir", help="a calibration dev run or an evaluation output (eagle3 + oracle rows)")
+    sg.add_argument("--draft", required=True, help="the SpecExit draft of the run (its token ids)")
+    sg.add_argument("--config", help="CalibrateConfig YAML whose grid to replay (default: the toy's)")
+    sg.add_argument("--temperatures", default="0", help="comma-separated (default 0)")
+    sg.add_argument("--out", help="write the JSON here")
+    sg.add_argument("--json", action="store_true", help="print the result as one JSON line (the last line)")
+    sg.set_defaults(func=cmd_signals)
     return p
 
 

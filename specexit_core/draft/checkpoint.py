@@ -206,8 +206,7 @@ def _write_config(out_dir: Path, base_json: dict, cfg: DraftConfig) -> None:
     if formats.format_of(base_json) == formats.SPECULATORS:
         out_json = dict(base_json)
         flat = _config_json(formats.flat_config(base_json), cfg)
-        layer = formats.speculators_json(flat, verifier="-")["transformer_layer_config"]
-        out_json["transformer_layer_config"] = layer  # the `specexit` block rides there
+        out_json["transformer_layer_config"] = formats.transformer_layer_config(flat)  # `specexit` rides there
     else:
         out_json = _config_json(base_json, cfg)
     (out_dir / "config.json").write_text(json.dumps(out_json, indent=2) + "\n")

@@ -86,7 +86,7 @@ def speculators_json(
         raise ValueError(
             "the speculators layout names its verifier (the target `vllm serve` serves): give --target TARGET_DIR"
         )
-    layer = {k: v for k, v in flat.items() if k not in (*_EAGLE3_KEYS, "architectures", "eagle_config", "torch_dtype")}
+    layer = transformer_layer_config(flat)
     out: dict[str, Any] = dict(extra or {})
     out.update(
         {
@@ -111,6 +111,12 @@ def speculators_json(
         }
     )
     return out
+
+
+def transformer_layer_config(flat: Mapping[str, Any]) -> dict[str, Any]:
+    """The speculators layout's `transformer_layer_config` of a flat draft config: the layer's own keys
+    (our `specexit` block included: vLLM hands this part to the drafter), not the EAGLE-3 ones."""
+    return {k: v for k, v in flat.items() if k not in (*_EAGLE3_KEYS, "architectures", "eagle_config", "torch_dtype")}
 
 
 def speculators_tensor_names(tensors: dict) -> dict:

@@ -75,6 +75,33 @@ class SamplingProfile:
         return asdict(self)
 
 
+# What vLLM 0.32's OpenAI endpoint samples a request that names no sampling with, when the model has no
+# defaults of its own (`_DEFAULT_SAMPLING_PARAMS` of its chat and completion requests).
+VLLM_NEUTRAL_SAMPLING = {"temperature": 1.0, "top_p": 1.0, "top_k": 0}
+
+
+def served_default_profile(
+    model_dir: str | Path, *, generation_config: str = "auto", override: Mapping[str, Any] | None = None
+) -> SamplingProfile:
+    """The profile vLLM 0.32 serves a request that names no sampling with (`ModelConfig.
+    get_diff_sampling_param`): the model folder's `generation_config.json` under `generation_config: auto`
+    (vLLM's default; a folder: that folder's; "vllm": none), what differs there from transformers'
+    defaults, `override_generation_config` on top; else the endpoint's neutral values. Qwen3 ships
+    temperature 0.6, top-p 0.95, top-k 20, which make "T0.6-p0.95-k20"."""
+    cfg: dict[str, Any] = {}
+    if generation_config != "vllm":
+        from transformers import GenerationConfig
+
+        src = model_dir if generation_config == "auto" else generation_config
+        try:
+            cfg = GenerationConfig.from_pretrained(str(src)).to_diff_dict()
+        except OSError:  # no generation_config.json: vLLM's fallback (the model config) sets no sampling
+            cfg = {}
+    cfg.update(override or {})
+    d = {k: v if cfg.get(k) is None else cfg[k] for k, v in VLLM_NEUTRAL_SAMPLING.items()}
+    return SamplingProfile.of(d["temperature"], d["top_p"], d["top_k"])
+
+
 def select_profile(pairs, sampling: SamplingProfile | None, joint: Any) -> tuple[str | None, Any]:
     """The one rule for which exit a request gets: (name, value) of the profile in `pairs` that
     `sampling` matches, else (None, `joint`), the exit that holds at every profile."""

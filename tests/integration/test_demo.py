@@ -131,6 +131,24 @@ def test_calibration_replay_matches_the_engine(demo):
     check_replay_matches_the_engine(demo[2])
 
 
+def test_signal_quality_of_the_run(demo, tmp_path):
+    """`specexit signals` on the run's calibration dev traces (#44 item 1): confidence against the probes,
+    progress / remaining against their truth, the replayed grid's front beside EAGLE-3 and the oracle."""
+    from specexit_app.cli import main as cli_main
+
+    _, _, wd = demo
+    out = tmp_path / "signals.json"
+    assert cli_main(["signals", str(wd / "calibrate" / "dev"), "--draft", str(wd / "draft"), "--out", str(out)]) == 0
+    r = json.loads(out.read_text())["by_temperature"]["0"]
+    c, g, h = r["confidence"], r["regression"], r["headroom"]
+    assert r["traces"] >= 1 and c["breaks"] == sum(b["n"] for b in c["reliability"]) > 0
+    assert c["auroc"] is None or 0 <= c["auroc"] <= 1
+    assert g["tokens"] > 0 and 0 <= g["progress_mae"] <= 1 and g["remaining_mae_tokens"] >= 0
+    assert h["front"] and h["oracle"]["think_tokens"] <= h["eagle3"]["think_tokens"]
+    # nothing on the front is more accurate than the oracle or thinks more than EAGLE-3 for no gain
+    assert all(p["accuracy"] <= h["oracle"]["accuracy"] + 1e-9 for p in h["front"])
+
+
 def _check_calibration(wd, draft: dict, monkeypatch) -> None:
     """Stage 4 is `specexit calibrate` (examples/toy/calibrate.yaml on the dev split, run in-process):
     offline replay over the grid, the engine's confirmation, and a config every plugin reader takes

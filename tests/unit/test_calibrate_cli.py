@@ -104,3 +104,70 @@ def test_the_served_sampling_and_samples_per_prompt(calls, tmp_path):
     (cfg,) = calls
     assert cfg.temperatures == [0.0, 0.6] and cfg.eval.samples == 4
     assert cfg.eval.sampling_profile(0.6).name == "T0.6-p0.95-k20" and cfg.eval.samples_at(0.0) == 1
+
+
+def _serve_config(tmp_path, generation: dict | None, engine_kwargs: dict | None = None, apps=("specexit",)):
+    """A Serve config whose model folder (a copy of the toy teacher's config) has `generation` as its
+    generation_config.json."""
+    import shutil
+
+    from specexit_core.toy.paths import TEACHER_DIR
+
+    model = tmp_path / "model"
+    model.mkdir()
+    shutil.copy(TEACHER_DIR / "config.json", model / "config.json")
+    if generation is not None:
+        (model / "generation_config.json").write_text(json.dumps(generation))
+    args = {"model": {"id": "m", "source": str(model), "accelerator": "cpu", "engine_kwargs": engine_kwargs or {}}}
+    doc = {"applications": [{"name": n, "import_path": "serve_app.app:build_app", "args": args} for n in apps]}
+    path = tmp_path / "serve.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+@pytest.mark.parametrize(
+    "generation, engine_kwargs, want_temps, want_profile",
+    [
+        (
+            {"temperature": 0.6, "top_p": 0.95, "top_k": 20, "do_sample": True},
+            None,
+            [0.0, 0.6],
+            "T0.6-p0.95-k20",
+        ),  # Qwen3's
+        ({"do_sample": False}, None, [0.0, 1.0], "T1"),  # no sampling defaults: vLLM's neutral T = 1
+        (None, {"override_generation_config": {"temperature": 0.7}}, [0.0, 0.7], "T0.7"),
+        ({"temperature": 0.6, "top_p": 0.95}, {"generation_config": "vllm"}, [0.0, 1.0], "T1"),
+        ({"temperature": 0.0}, None, [0.0], None),  # a greedy deployment: greedy only
+    ],
+)
+def test_the_served_sampling_read_from_the_serve_config(
+    calls, tmp_path, generation, engine_kwargs, want_temps, want_profile
+):
+    """`--serve-config`: the profile vLLM serves a request that names none with (the model's
+    generation_config.json as vLLM applies it), calibrated with greedy; a flag given wins."""
+    from specexit_app.cli import main
+
+    serve = _serve_config(tmp_path, generation, engine_kwargs)
+    assert main(["calibrate", "--output", str(tmp_path / "c.json"), "--serve-config", str(serve), "--json"]) in (
+        0,
+        None,
+    )
+    cfg = calls[-1]
+    assert cfg.temperatures == want_temps
+    if want_profile:
+        assert cfg.eval.sampling_profile(want_temps[-1]).name == want_profile
+    argv = ["calibrate", "--output", str(tmp_path / "d.json"), "--serve-config", str(serve), "--top-p", "0.9", "--json"]
+    assert main(argv) in (0, None)
+    assert calls[-1].temperatures == want_temps and calls[-1].eval.top_p == 0.9
+
+
+def test_serve_config_mistakes_are_refused_before_any_work(calls, tmp_path, capsys):
+    from specexit_app.cli import main
+
+    serve = _serve_config(tmp_path, {"temperature": 0.6}, apps=("a", "b"))
+    assert main(["calibrate", "--serve-config", str(serve)]) == 2
+    assert "--app" in capsys.readouterr().err
+    argv = ["calibrate", "--serve-config", str(serve), "--app", "b", "--output", str(tmp_path / "c.json"), "--json"]
+    assert main(argv) in (0, None)
+    assert main(["calibrate", "--app", "b"]) == 2
+    assert "--serve-config" in capsys.readouterr().err and len(calls) == 1

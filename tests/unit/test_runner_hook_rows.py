@@ -147,3 +147,31 @@ def test_the_gpu_transfers_layout_decides_the_same(monkeypatch, seed):
     for rid in ("a", "b", "c"):
         assert got[1][rid].committed == want[1][rid].committed and got[0].reqs[rid].exit == want[0].reqs[rid].exit
     assert got[0].counters == want[0].counters
+
+
+def test_a_drafter_that_normalises_fcs_input_gets_signals_of_the_normalised_features():
+    """norm_before_fc / fc_norm drafters (docs/draft_formats.md): their signal rows multiply `fc_input` of
+    the target features, as their `fc` does; the compiled CPU loop (raw features) is not used for them."""
+    g = torch.Generator().manual_seed(1)
+    runner = SyntheticRunner()
+    plain_state = SpecExitRunnerState(runner, SyntheticDrafter(hidden=8))
+    normed = SyntheticDrafter(hidden=8)
+    normed.weight = plain_state.model.weight
+    normed.plain_fc_input = False
+    normed.fc_input = lambda feats: torch.nn.functional.normalize(feats, dim=-1) * 3.0
+    normed_state = SpecExitRunnerState(runner, normed)
+    n_drafts = np.array([3, 2, 3], np.int64)
+    batch = [(f"r{i}", [5] * (int(d) + 1), N_PROMPT + i) for i, d in enumerate(n_drafts)]
+    for rid, _, _ in batch:
+        runner.add(rid, N_PROMPT, EXIT_ARGS)
+    rows = int((n_drafts + 1).sum())
+    aux = [torch.randn(rows, 8, generator=g) for _ in range(3)]
+    ex = runner.step(batch, aux, VOCAB)
+    sig, _, _ = normed_state._host_rows(runner, ex.spec_decode_metadata, aux)
+    assert normed_state._compiled_rows is False
+    want, _, _ = plain_state._host_rows(
+        runner, ex.spec_decode_metadata, [normed.fc_input(torch.cat(aux, -1))[:, i * 8 : (i + 1) * 8] for i in range(3)]
+    )
+    assert np.allclose(sig, want, atol=1e-6)
+    raw, _, _ = plain_state._host_rows(runner, ex.spec_decode_metadata, aux)
+    assert not np.allclose(sig, raw, atol=1e-3)
