@@ -65,6 +65,11 @@ AUX = [1, 5, 9]
 TOKEN_IDS = '{"think_start": 1, "think_end": 2, "split": [3]}'
 
 
+def add_signals(src, dst, *extra: str) -> int:
+    """`specexit draft convert SRC DST --add-signals --token-ids TOKEN_IDS [EXTRA]`: its exit status."""
+    return cli_main(["draft", "convert", str(src), str(dst), "--add-signals", "--token-ids", TOKEN_IDS, *extra])
+
+
 def speculators_head(**change) -> dict:
     d = copy.deepcopy(SPECULATORS_HEAD)
     layer = change.pop("layer", None)
@@ -178,20 +183,7 @@ def test_a_speculators_qwen3_head_becomes_a_qwen3_layer_specexit_draft(tmp_path)
     cfg = DraftConfig.from_hf_json(d)
     head = write_head(tmp_path / "head", d, speculators_tensors(cfg), "safetensors")
     out = tmp_path / "out"
-    assert (
-        cli_main(
-            [
-                "draft",
-                "convert",
-                str(head),
-                str(out),
-                "--add-signals",
-                "--token-ids",
-                TOKEN_IDS,
-            ]
-        )
-        == 0
-    )
+    assert add_signals(head, out) == 0
     j = json.loads((out / "config.json").read_text())
     assert j["architectures"] == [SPECEXIT_QWEN3_ARCH] and j["model_type"] == "qwen3"
     assert {k: j[k] for k in LAYER_OPTIONS} == {**dict.fromkeys(LAYER_OPTIONS, False), "norm_before_residual": True}
@@ -233,12 +225,7 @@ def test_a_bad_speculators_config_gets_one_line_naming_the_field(tmp_path, capsy
     d = speculators_head(**bad)
     (tmp_path / "h").mkdir()
     (tmp_path / "h" / "config.json").write_text(json.dumps(d))
-    assert (
-        cli_main(
-            ["draft", "convert", str(tmp_path / "h"), str(tmp_path / "o"), "--add-signals", "--token-ids", TOKEN_IDS]
-        )
-        == 2
-    )
+    assert add_signals(tmp_path / "h", tmp_path / "o") == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and re.search(match, err), err
 
@@ -259,9 +246,7 @@ def test_a_bad_head_gets_one_line_naming_the_tensor(tmp_path, capsys, tamper, ma
     t = speculators_tensors(cfg)
     tamper(t)
     head = write_head(tmp_path / "h", speculators_head(eagle_aux_hidden_state_layer_ids=AUX), t, "safetensors")
-    assert (
-        cli_main(["draft", "convert", str(head), str(tmp_path / "o"), "--add-signals", "--token-ids", TOKEN_IDS]) == 2
-    )
+    assert add_signals(head, tmp_path / "o") == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and re.search(match, err), err
 
@@ -364,18 +349,7 @@ def test_exit_defaults_written_into_a_speculators_draft_keep_its_layout(tmp_path
     d = speculators_head(eagle_aux_hidden_state_layer_ids=AUX)
     head = write_head(tmp_path / "head", d, speculators_tensors(DraftConfig.from_hf_json(d)), "safetensors")
     out = tmp_path / "out"
-    argv = [
-        "draft",
-        "convert",
-        str(head),
-        str(out),
-        "--add-signals",
-        "--token-ids",
-        TOKEN_IDS,
-        "--format",
-        "speculators",
-    ]
-    assert cli_main(argv) == 0
+    assert add_signals(head, out, "--format", "speculators") == 0
     set_exit_defaults(out, {"confidence_threshold": 0.7})
     j = json.loads((out / "config.json").read_text())
     assert (
