@@ -24,7 +24,7 @@ THREADS_BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"  # cores the engine's OpenMP thre
 # "0": the engine core runs in the caller's process (vLLM's uniprocess executor). On CPU vLLM otherwise
 # spawns an engine-core process *and* a worker process, each importing torch and vLLM again: the toy
 # engine started in 26.5 s that way and in 3.6 s in process, with the same greedy ids and the same
-# decode speed (studies/bench_engine_start.py, docs/results/engine_start_cpu.json; two engines in one
+# decode speed (studies/bench_engine_start.py, docs/results/engine_start/engine_start_cpu.json; two engines in one
 # process work too). GPUs keep vLLM's default: there the separate engine core overlaps scheduling and
 # detokenisation with the forward pass.
 MULTIPROCESSING_ENV = "VLLM_ENABLE_V1_MULTIPROCESSING"
@@ -39,7 +39,7 @@ def run_model_in_engine_core(vllm_config) -> bool:
     """On CPU at one rank, vLLM's uniprocess executor: the engine-core process runs the model itself
     instead of spawning a worker process that imports torch and vLLM again (the toy's async engine
     started in 11.7 s instead of 20.7 s: `studies/bench_engine_start.py --engine async`,
-    docs/results/engine_start_async_cpu.json). Ray Serve LLM passes the `mp` backend on CPU, and vLLM's CPU platform
+    docs/results/engine_start/engine_start_async_cpu.json). Ray Serve LLM passes the `mp` backend on CPU, and vLLM's CPU platform
     only ever turns `uni` into `mp`, so the change is made on the finished config, before the engine
     starts. The async engine keeps its engine core in its own process either way (a fresh one, so the
     OpenMP binding is set there as in a worker). Returns whether the config was changed."""
