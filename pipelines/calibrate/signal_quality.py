@@ -186,7 +186,9 @@ def measure(eval_dir: str, draft: str, *, config: str | None = None, temperature
     token_ids = draft_token_ids(draft)
     cfg = load_config(CalibrateConfig, config or "examples/toy/calibrate.yaml", what="calibrate")
     settings = grid(cfg)
-    out: dict = {"eval_dir": eval_dir, "draft": draft, "by_temperature": {}}
+    from pipelines.common.provenance import provenance
+
+    out: dict = {"eval_dir": eval_dir, "draft": draft, "by_temperature": {}, "provenance": provenance()}
     for t in temperatures:
         traces = load_traces(eval_dir, t)
         if not traces:

@@ -98,3 +98,23 @@ def test_the_front_keeps_only_settings_nothing_beats_on_both_counts():
     c = [9, 9, 3, 9, 9, 3, 9, 2, 9]
     h = exit_headroom([trace(true_signals(c), {2: False, 5: True})], pts, IDS)
     assert h["eagle3"] == {"accuracy": True, "think_tokens": 7} and h["oracle"]["think_tokens"] == 6
+
+
+def test_the_measured_table_in_pipelines_readme_is_the_committed_json():
+    """pipelines/README.md § Measuring the signals quotes docs/results/signal_quality/ (rounded as printed)."""
+    import json
+
+    from support.paths import REPO_ROOT
+
+    text = (REPO_ROOT / "pipelines" / "README.md").read_text()
+    for name in ("toy_cpu", "qwen3_like_cpu"):
+        res = json.loads((REPO_ROOT / "docs" / "results" / "signal_quality" / f"{name}.json").read_text())
+        for r in res["by_temperature"].values():
+            c, g, h = r["confidence"], r["regression"], r["headroom"]
+            e = h["eagle3"]
+            best = next(p for p in h["front"] if p["accuracy"] >= e["accuracy"] - 0.01)
+            row = (
+                f"| {c['auroc']:.2f} | {g['progress_mae']:.2f} | {g['remaining_mae_tokens']:.0f} | "
+                f"{best['think_tokens']:.1f} (EAGLE-3 {e['think_tokens']:.1f}) | {h['oracle']['think_tokens']:.1f} |"
+            )
+            assert row in text, row
