@@ -10,8 +10,8 @@ their per-token signals, joined with the oracle's probes at every paragraph brea
   `specexit_core.labels.progress_remaining`): mean absolute error overall and by position in the thinking
   (fifths of the true progress), remaining both in tokens and in log1p (the scale it is regressed on).
 - **the best exit the signals allow**: every setting of the calibration grid replayed over the traces;
-  the Pareto front of mean think tokens against accuracy, beside EAGLE-3 (no exit) and the oracle (the
-  first break whose forced answer is right).
+  the Pareto front of mean think tokens against accuracy, beside EAGLE-3 (no exit) and the evaluation's
+  oracle (the earliest break after which every forced answer is right).
 
 `specexit signals DEV_DIR --draft DRAFT [--config CALIBRATE_YAML] [--temperature T] [--out JSON]` prints it.
 """
@@ -149,12 +149,21 @@ def pareto_front(points: list[dict]) -> list[dict]:
 
 
 def oracle_outcome(trace: dict, token_ids: dict) -> tuple[bool, int]:
-    """The oracle exit replayed on the trace, counted as the grid's settings are: the first break whose
-    forced answer is right (its think tokens by the exit tracker's count), else the trace as it is."""
+    """The evaluation's oracle exit (`pipelines.evaluate.rules.oracle_cut`: the earliest break after
+    which every forced answer is right, on a trace whose own answer is right) replayed on the trace,
+    its think tokens counted by the exit tracker as the grid's settings are; else the trace as it is."""
     from pipelines.calibrate.job import trace_checks
+    from pipelines.evaluate.rules import oracle_cut
 
+    comp = trace["completion"]
+    if token_ids["think_end"] not in comp:
+        return bool(trace["correct"]), trace["think_tokens"]
+    breaks = sorted(trace["probes"])
+    cut = oracle_cut(
+        breaks, [bool(trace["probes"][b]) for b in breaks], bool(trace["correct"]), comp.index(token_ids["think_end"])
+    )
     for check in trace_checks(trace, 1.0, token_ids):
-        if trace["probes"].get(check.index):
+        if cut is not None and check.index == cut - 1:
             return True, check.think_tokens
     return bool(trace["correct"]), trace["think_tokens"]
 

@@ -74,7 +74,7 @@ def test_perfect_progress_and_remaining_have_no_error_and_a_constant_guess_does(
     assert regression_quality([trace(sig, {}, completion=q)], IDS)["progress_mae"] < 1e-6
 
 
-def test_confidence_ranks_right_breaks_and_the_oracle_is_the_first_right_one():
+def test_confidence_ranks_right_breaks_and_the_oracle_is_where_the_answer_stays_right():
     c = [9, 9, 3, 9, 9, 3, 9, 2, 9]
     sig = true_signals(c)
     sig[2], sig[5] = (0.2, *sig[2][1:]), (0.9, *sig[5][1:])
@@ -83,6 +83,9 @@ def test_confidence_ranks_right_breaks_and_the_oracle_is_the_first_right_one():
     assert (q["breaks"], q["right"], q["auroc"]) == (2, 1, 1.0)
     assert oracle_outcome(tr, IDS) == (True, 6)  # think tokens up to and including the break at 5
     assert oracle_outcome(trace(sig, {2: False, 5: False}, correct=False), IDS) == (False, 7)
+    # right at 2 but wrong again at 5: the answer does not stay right before the end, no oracle exit
+    assert oracle_outcome(trace(sig, {2: True, 5: False}), IDS) == (True, 7)
+    assert oracle_outcome(trace(sig, {2: True, 5: True}), IDS) == (True, 3)
 
 
 def test_the_front_keeps_only_settings_nothing_beats_on_both_counts():
