@@ -25,6 +25,7 @@ from pipelines.common.provenance import provenance
 from pipelines.evaluate.intervals import paired_ratio_ci95
 from specexit_app.bench.spec_counters import acceptance_length, attach
 from specexit_core.draft.checkpoint import read_config
+from specexit_core.draft.config import LAYER_OPTIONS
 from specexit_core.exit import NEVER_FIRES
 from specexit_core.teachers.model_ref import resolve_model
 from specexit_core.teachers.registry import get_teacher
@@ -109,7 +110,7 @@ def main() -> None:
         result["drafts"][name] = {
             "folder": folder,
             "layer": cfg.layer,
-            **{k: getattr(cfg, k) for k in ("norm_before_residual", "norm_before_fc", "fc_norm", "norm_output")},
+            **{k: getattr(cfg, k) for k in LAYER_OPTIONS},
             **summarise(m["rows"]),
             "seconds": m["seconds"],
         }

@@ -49,11 +49,9 @@ class TrainDraftConfig(TrainRunBase):
     @field_validator("layer")
     @classmethod
     def _known_layer(cls, v):
-        from specexit_core.draft.config import LAYERS
+        from specexit_core.draft.config import check_layer  # lazy: specexit_core.draft imports torch
 
-        if v not in LAYERS:
-            raise ValueError(f"layer must be one of {list(LAYERS)}, got {v!r}")
-        return v
+        return check_layer(v)
 
     @field_validator("aux_layer_ids")
     @classmethod

@@ -73,6 +73,13 @@ def aux_layer_ids_in(d: Mapping[str, Any]) -> tuple[int, ...] | None:
     return tuple(int(i) for i in ids) if ids else None
 
 
+def check_layer(layer: str) -> str:
+    """`layer` if it is one of `LAYERS`; else ValueError naming the choices (the one home of that rule)."""
+    if layer not in LAYERS:
+        raise ValueError(f"layer must be one of {list(LAYERS)}, got {layer!r}")
+    return layer
+
+
 def draft_layer(d: Mapping[str, Any]) -> str:
     """The decoder layer a flat draft `config.json` names (`LAYERS`), from its architectures as vLLM 0.32
     maps them; any other drafter is refused, naming the key."""
@@ -148,8 +155,7 @@ class DraftConfig:
     norm_output: bool = False
 
     def __post_init__(self):
-        if self.layer not in LAYERS:
-            raise ValueError(f"layer must be one of {LAYERS}, got {self.layer!r}")
+        check_layer(self.layer)
         if self.token_ids is not None and set(self.token_ids) != {"think_start", "think_end", "split"}:
             raise ValueError(f"token_ids needs keys think_start, think_end, split; got {sorted(self.token_ids)}")
         if self.exit_defaults is not None:
