@@ -35,7 +35,7 @@ from pipelines.common.runtime import stop_ray_quietly
 from pipelines.evaluate.rules import best_setting
 from pipelines.evaluate.samples import sample_key
 from specexit_core.exit import ExitConfig
-from specexit_core.exit.replay import exit_checks, first_exit
+from specexit_core.exit.replay import CheckTable, exit_checks, first_exits
 
 log = logging.getLogger("specexit.pipelines.calibrate")
 
@@ -155,15 +155,17 @@ def replay_outcomes(traces: list[dict], settings: list[ExitConfig], token_ids: d
     """[setting][trace] -> (answer right, think tokens): `exit_outcome` (or `outcome`, e.g.
     `exit_result`) of every setting on every trace, each trace's checks computed once per alpha."""
     outcome = outcome or exit_outcome
-    cache: dict = {}
-    out = []
-    for s in settings:
-        row = []
-        for i, tr in enumerate(traces):
-            if (i, s.alpha) not in cache:
-                cache[(i, s.alpha)] = trace_checks(tr, s.alpha, token_ids)
-            row.append(outcome(tr, first_exit(cache[(i, s.alpha)], s)))
-        out.append(row)
+    out: list[list] = [[] for _ in settings]
+    by_alpha: dict[float, list[int]] = {}
+    for k, s in enumerate(settings):
+        by_alpha.setdefault(s.alpha, []).append(k)
+    for alpha, ks in by_alpha.items():
+        checks = [trace_checks(tr, alpha, token_ids) for tr in traces]
+        table = CheckTable(checks)
+        # each trace's outcome at each of its checks, and without an exit (the last entry, index -1)
+        outcomes = [[outcome(tr, c) for c in cs] + [outcome(tr, None)] for tr, cs in zip(traces, checks)]
+        for k in ks:
+            out[k] = [outs[j] for outs, j in zip(outcomes, first_exits(table, settings[k]).tolist())]
     return out
 
 

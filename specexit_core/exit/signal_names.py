@@ -6,6 +6,8 @@ plugin and the exit settings all use this order.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 SIGNALS: tuple[str, ...] = ("confidence", "progress", "remaining")
 
 # Names accepted in `ExitConfig.method`; "remain" is the paper's spelling.
@@ -19,6 +21,11 @@ def parse_method(method: str) -> tuple[str, ...]:
         raise ValueError(
             f"method must be a non-empty string of signal names joined by '_' (allowed: {_METHOD_HELP}), got {method!r}"
         )
+    return _parse(method)
+
+
+@lru_cache(maxsize=256)  # the exit check asks at every paragraph break (ExitConfig.signals_used)
+def _parse(method: str) -> tuple[str, ...]:
     picked: set[str] = set()
     for part in method.split("_"):
         if part not in _METHOD_NAMES:
