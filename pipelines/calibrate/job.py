@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipelines.calibrate.certificate import certified_choice, prompt_losses
+from pipelines.calibrate.certificate import certified_choice, int_mean, prompt_losses
 from pipelines.calibrate.config import CalibrateConfig
 from pipelines.calibrate.peers import calibrate_budget, calibrate_deer, calibrate_dynasor
 from pipelines.common.parts import read_all
@@ -144,8 +144,8 @@ def summarise(settings: list[ExitConfig], outcomes: list[list[tuple[bool, int]]]
     return [
         {
             "exit": s.to_dict(),
-            "accuracy": statistics.mean(ok for ok, _ in row),
-            "think_tokens": statistics.mean(n for _, n in row),
+            "accuracy": int_mean([ok for ok, _ in row]),
+            "think_tokens": int_mean([n for _, n in row]),
         }
         for s, row in zip(settings, outcomes)
     ]
@@ -297,6 +297,7 @@ def run_calibration(cfg: CalibrateConfig) -> dict:
     e_acc = e_by_t[0.0]
     e_think = statistics.mean(t["think_tokens"] for t in traces)
     i_point = choose_exit(points_by_t, e_by_t, cfg.tolerance)
+    losses = prompt_losses(traces_by_t, results_by_t, cfg.loss)  # once: every certificate below reads them
     cert = certified_choice(
         traces_by_t,
         results_by_t,
@@ -306,6 +307,7 @@ def run_calibration(cfg: CalibrateConfig) -> dict:
         order_share=cfg.order_share,
         seed=cfg.seed,
         point_choice=i_point,
+        losses=losses,
     )
     i_best = i_point if cfg.selection == "tolerance" else cert["chosen"]
     cert["chosen"] = None if cert["chosen"] is None else settings[cert["chosen"]].to_dict()
@@ -338,7 +340,7 @@ def run_calibration(cfg: CalibrateConfig) -> dict:
         log.warning("calibrate: the chosen %s: widen the grid to be sure nothing better lies beyond", e)
     ok_at = {t: chosen_by_t[t]["accuracy"] >= e_by_t[t] - cfg.tolerance - 1e-12 for t in points_by_t}
     dev = DevReplay(settings, traces_by_t, results_by_t, points_by_t, e_by_t)
-    by_profile = choose_per_profile(cfg, ev, dev, joint=i_best)
+    by_profile = choose_per_profile(cfg, ev, dev, joint=i_best, losses=losses)
     calib = {
         "how": "offline replay of ExitTracker over per-token draft signals computed once per EAGLE-3 dev trace "
         "(greedy, and sampled at each further calibration temperature with the evaluation's per-problem seeds); "
@@ -395,7 +397,7 @@ def run_calibration(cfg: CalibrateConfig) -> dict:
             for e in (c or {}).get("at_grid_edge", []):
                 log.warning("calibrate: %s: the chosen %s: widen the grid", name, e)
     # reasoning effort levels: the same certificate at each level's epsilon (specexit_core/exit/efforts.py)
-    efforts, calib["efforts"] = calibrate_efforts(cfg, ev, dev)
+    efforts, calib["efforts"] = calibrate_efforts(cfg, ev, dev, losses)
     out = {"exit": chosen, "by_profile": profile_exits(by_profile), "calibration": calib}
     if efforts:
         out["efforts"] = efforts
@@ -508,7 +510,7 @@ def choose_per_profile(
     return out
 
 
-def calibrate_efforts(cfg: CalibrateConfig, ev, replay: DevReplay) -> tuple[dict, dict]:
+def calibrate_efforts(cfg: CalibrateConfig, ev, replay: DevReplay, losses: dict | None = None) -> tuple[dict, dict]:
     """The reasoning effort levels (`cfg.efforts`: level -> epsilon): at each, Learn then Test at that
     epsilon over the same replay, jointly and per sampling profile, as the certified exit is chosen.
     Returns the calibrated file's `efforts` ({level: {epsilon, exit, by_profile}}: efforts.py reads it)
@@ -516,7 +518,8 @@ def calibrate_efforts(cfg: CalibrateConfig, ev, replay: DevReplay) -> tuple[dict
     settings, traces_by_t, results_by_t = replay.settings, replay.traces_by_t, replay.results_by_t
     if not cfg.efforts:
         return {}, {}
-    losses = prompt_losses(traces_by_t, results_by_t, cfg.loss)  # once for every level
+    if losses is None:
+        losses = prompt_losses(traces_by_t, results_by_t, cfg.loss)  # once for every level
     off = ExitConfig(enabled=False).to_dict()
     efforts, evidence = {}, {}
     for level, eps in cfg.efforts.items():
