@@ -110,7 +110,7 @@ def test_the_measured_table_in_pipelines_readme_is_the_committed_json():
     from support.paths import REPO_ROOT
 
     text = (REPO_ROOT / "pipelines" / "README.md").read_text()
-    for name in ("toy_cpu", "qwen3_like_cpu"):
+    for name in ("toy_cpu", "qwen3_like_cpu", "qwen3_like_dev400_cpu"):
         res = json.loads((REPO_ROOT / "docs" / "results" / "signal_quality" / f"{name}.json").read_text())
         for r in res["by_temperature"].values():
             c, g, h = r["confidence"], r["regression"], r["headroom"]
