@@ -16,9 +16,16 @@ import json
 import statistics
 import time
 
-from pipelines.calibrate.certificate import certified_choice
 from pipelines.calibrate.config import CalibrateConfig
-from pipelines.calibrate.job import draft_token_ids, exit_result, grid, grid_edges, load_traces, replay_outcomes
+from pipelines.calibrate.job import (
+    certify_as_configured,
+    draft_token_ids,
+    exit_result,
+    grid,
+    grid_edges,
+    load_traces,
+    replay_outcomes,
+)
 from specexit_core.typed_config import load_config
 
 
@@ -27,15 +34,7 @@ def choose(base: CalibrateConfig, alphas: list[float], traces_by_t: dict, ids: d
     settings = grid(cfg)
     t0 = time.time()
     res = {t: replay_outcomes(trs, settings, ids, exit_result) for t, trs in traces_by_t.items()}
-    cert = certified_choice(
-        traces_by_t,
-        res,
-        epsilon=cfg.epsilon,
-        delta=cfg.delta,
-        loss=cfg.loss,
-        order_share=cfg.order_share,
-        seed=cfg.seed,
-    )
+    cert = certify_as_configured(cfg, traces_by_t, res)
     ch = cert["chosen"]
     return {
         "alphas": alphas,

@@ -199,6 +199,21 @@ def exit_result(trace: dict, check) -> tuple[bool, int, str | None]:
     return ok, think, answers.get(check.index)
 
 
+def certify_as_configured(cfg: CalibrateConfig, traces_by_t: dict, results_by_t: dict, **kw) -> dict:
+    """`certified_choice` at the config's epsilon, delta, loss, order share and seed (`kw`: its
+    `point_choice` and `losses`)."""
+    return certified_choice(
+        traces_by_t,
+        results_by_t,
+        epsilon=cfg.epsilon,
+        delta=cfg.delta,
+        loss=cfg.loss,
+        order_share=cfg.order_share,
+        seed=cfg.seed,
+        **kw,
+    )
+
+
 def _holds(methods: dict, tolerance: float) -> bool:
     s, e = methods.get("specexit", {}), methods.get("eagle3", {})
     return (
@@ -298,17 +313,7 @@ def run_calibration(cfg: CalibrateConfig) -> dict:
     e_think = statistics.mean(t["think_tokens"] for t in traces)
     i_point = choose_exit(points_by_t, e_by_t, cfg.tolerance)
     losses = prompt_losses(traces_by_t, results_by_t, cfg.loss)  # once: every certificate below reads them
-    cert = certified_choice(
-        traces_by_t,
-        results_by_t,
-        epsilon=cfg.epsilon,
-        delta=cfg.delta,
-        loss=cfg.loss,
-        order_share=cfg.order_share,
-        seed=cfg.seed,
-        point_choice=i_point,
-        losses=losses,
-    )
+    cert = certify_as_configured(cfg, traces_by_t, results_by_t, point_choice=i_point, losses=losses)
     i_best = i_point if cfg.selection == "tolerance" else cert["chosen"]
     cert["chosen"] = None if cert["chosen"] is None else settings[cert["chosen"]].to_dict()
     if i_best is None:  # nothing certified: the exit stays off (SpecExit decodes as EAGLE-3 does)
@@ -476,16 +481,7 @@ def choose_per_profile(
     out = {}
     for t, trs in traces_by_t.items():
         i_point = choose_exit({t: points_by_t[t]}, {t: e_by_t[t]}, cfg.tolerance)
-        cert = certified_choice(
-            {t: trs},
-            {t: results_by_t[t]},
-            epsilon=cfg.epsilon,
-            delta=cfg.delta,
-            loss=cfg.loss,
-            order_share=cfg.order_share,
-            seed=cfg.seed,
-            losses=losses,
-        )
+        cert = certify_as_configured(cfg, {t: trs}, {t: results_by_t[t]}, losses=losses)
         i = i_point if cfg.selection == "tolerance" else cert["chosen"]
         source = "profile"
         if i is None and cfg.selection == "certified" and joint is not None:
@@ -524,16 +520,7 @@ def calibrate_efforts(cfg: CalibrateConfig, ev, replay: DevReplay, losses: dict 
     efforts, evidence = {}, {}
     for level, eps in cfg.efforts.items():
         at = cfg.model_copy(update={"epsilon": eps, "selection": "certified"})
-        cert = certified_choice(
-            traces_by_t,
-            results_by_t,
-            epsilon=eps,
-            delta=cfg.delta,
-            loss=cfg.loss,
-            order_share=cfg.order_share,
-            seed=cfg.seed,
-            losses=losses,
-        )
+        cert = certify_as_configured(at, traces_by_t, results_by_t, losses=losses)
         i = cert["chosen"]
         per = choose_per_profile(at, ev, replay, joint=i, losses=losses)
         efforts[level] = {
