@@ -98,6 +98,13 @@ class Stages:
         from pipelines.calibrate.config import CalibrateConfig
         from pipelines.calibrate.job import run_calibration
 
+        calibrated = self.wd / "calibrated.json"
+        out = finished_calibration(calibrated, self.draft)
+        if out is not None:  # a rerun: its dev run cannot be resumed (the draft now carries the exit)
+            log.info(
+                "[demo] calibrate: %s is this draft's calibration (it carries the exit); nothing to do", calibrated
+            )
+            return calibration_brief(out)
         raw = read_yaml(self.cfg.calibrate)
         raw["write_draft_defaults"] = True  # the served and evaluated draft then uses the chosen setting
         raw["confirm"] = self.cfg.calibrate_confirm
@@ -114,31 +121,9 @@ class Stages:
         if self.cfg.eval_concurrency is not None:
             ev["concurrency"] = self.cfg.eval_concurrency
         out = run_calibration(
-            load_config(
-                CalibrateConfig, raw=raw, what="calibrate", overrides={"output": str(self.wd / "calibrated.json")}
-            )
+            load_config(CalibrateConfig, raw=raw, what="calibrate", overrides={"output": str(calibrated)})
         )
-        c = out["calibration"]
-        return {
-            "exit": out["exit"],
-            "eagle3": c["eagle3"],
-            "oracle": c["oracle"],
-            "chosen_replay": c["chosen_replay"],
-            "confirmed": c.get("confirmed"),
-            "at_grid_edge": c.get("at_grid_edge"),
-            "peers": out.get("peers"),  # DEER / Dynasor / budget settings chosen on the same dev split
-            # Learn then Test's certificate on the same dev split (pipelines/calibrate/certificate.py)
-            "certificate": {
-                "selection": c["selection"],
-                **{k: c["certificate"][k] for k in ("epsilon", "delta", "loss", "n_dev", "chosen", "bound")},
-            },
-            # each sampling profile's setting (the engines pick it by how a request samples) and its
-            # certified bound (None: nothing certified there)
-            "by_profile": {
-                name: {"setting": p["exit"], "bound": p["certificate"]["bound"], "replay": p["replay"]}
-                for name, p in c["by_profile"].items()
-            },
-        }
+        return calibration_brief(out)
 
     def serve_max_tokens(self) -> int:
         """The endpoint requests' budget: the evaluation stage's `max_tokens`, the one place a recipe
@@ -194,6 +179,47 @@ class Stages:
         )
         summary["report"] = str(write_report(self.wd / "eval", self.wd / "report"))
         return summary
+
+
+def finished_calibration(calibrated: Path, draft: str) -> dict | None:
+    """The calibrated file of a finished calibrate stage for this draft, else None: the file exists and
+    the draft carries its settings (`write_draft_defaults` is the stage's last step: exit, per profile,
+    per effort level). A draft trained again no longer carries them, and is calibrated again."""
+    from specexit_core.draft.config import read_specexit_fields
+
+    try:
+        out = json.loads(calibrated.read_text())
+        fields = read_specexit_fields(json.loads((Path(draft) / "config.json").read_text()))
+    except (OSError, ValueError):
+        return None
+    carried = (fields.exit_defaults, fields.exit_profiles, fields.exit_efforts)
+    written = (out.get("exit"), out.get("by_profile"), out.get("efforts"))
+    return out if "calibration" in out and fields.exit_defaults is not None and carried == written else None
+
+
+def calibration_brief(out: dict) -> dict:
+    """What demo.json keeps of a calibrated file."""
+    c = out["calibration"]
+    return {
+        "exit": out["exit"],
+        "eagle3": c["eagle3"],
+        "oracle": c["oracle"],
+        "chosen_replay": c["chosen_replay"],
+        "confirmed": c.get("confirmed"),
+        "at_grid_edge": c.get("at_grid_edge"),
+        "peers": out.get("peers"),  # DEER / Dynasor / budget settings chosen on the same dev split
+        # Learn then Test's certificate on the same dev split (pipelines/calibrate/certificate.py)
+        "certificate": {
+            "selection": c["selection"],
+            **{k: c["certificate"][k] for k in ("epsilon", "delta", "loss", "n_dev", "chosen", "bound")},
+        },
+        # each sampling profile's setting (the engines pick it by how a request samples) and its
+        # certified bound (None: nothing certified there)
+        "by_profile": {
+            name: {"setting": p["exit"], "bound": p["certificate"]["bound"], "replay": p["replay"]}
+            for name, p in c["by_profile"].items()
+        },
+    }
 
 
 ORDER = ("traces", "labels", "train_draft", "calibrate", "serve", "evaluate")
