@@ -22,7 +22,20 @@ Sources of truth, so these files cannot drift from what the rest of the project 
   group has exactly the GPUs that config asks for (engines x tensor parallel, or training workers);
 - every Ray cluster runs with Ray token authentication (token from the Secret `specexit-ray-token`,
   never inline) and ships with a NetworkPolicy that admits only its own pods, the KubeRay operator
-  (dashboard port) and, for a RayService, the ingress namespace (Serve port).
+  (dashboard port) and, for a RayService, the ingress namespace (Serve port);
+- every RayService runs with GCS fault tolerance on an external Redis (`gcsFaultToleranceOptions`,
+  KubeRay >= 1.3; the CRDs of 1.6 / 1.7 / master accept it as rendered): `redisAddress` is the Service
+  of `cluster/kuberay/redis.yaml` (a one-pod Redis rendered here, with a NetworkPolicy that admits
+  only the RayServices' head pods and KubeRay's Redis cleanup Job), the password comes from the
+  Secret `specexit-redis` (key `password`, never inline) and KubeRay passes it to the head as
+  `REDIS_PASSWORD`. A head restart then keeps the job table, the Serve application and its
+  replicas on the worker pods (docs/runbook.md, "When the head restarts"). For production, point
+  REDIS_ADDRESS at a managed Redis with persistence and skip redis.yaml;
+- the RayJobs run without it: each is one job on a cluster made for it and deleted after it. GCS
+  FT restores the cluster's state, not a running driver (it runs on the head and dies with it), so
+  the job fails either way; KubeRay submits it again on a fresh cluster (`backoffLimit`) and the
+  stage resumes from what is on the shared volume. Redis would add a dependency and a cleanup Job
+  per run for nothing.
 
 Every manifest uses the image `${SPECEXIT_IMAGE}` (build: `cluster/Dockerfile`); apply with
 `envsubst '$SPECEXIT_IMAGE' < FILE | kubectl apply -f -` (docs/runbook.md).
@@ -63,6 +76,21 @@ CLUSTER_LABEL = "specexit/cluster"
 # The KubeRay operator's pods (label of both its Helm chart and its kustomize install): they call the
 # head's dashboard port to submit Serve configs and read job / app status.
 OPERATOR_POD_LABELS = {"app.kubernetes.io/component": "kuberay-operator"}
+# GCS fault tolerance of the RayServices (KubeRay gcsFaultToleranceOptions): the Redis of
+# cluster/kuberay/redis.yaml, its password from this Secret (key `password`, never inline). A managed
+# Redis (Memorystore, ElastiCache, ...) replaces it by changing REDIS_ADDRESS.
+REDIS_NAME = "specexit-redis"  # its Deployment, Service and NetworkPolicy
+REDIS_PORT = 6379
+REDIS_ADDRESS = f"{REDIS_NAME}:{REDIS_PORT}"  # the Service, in the namespace the manifests are applied to
+REDIS_SECRET = "specexit-redis"
+REDIS_PASSWORD_KEY = "password"
+REDIS_IMAGE = "redis:7.2"  # 7.2: the last BSD-licensed line; valkey/valkey:8 is a drop-in alternative
+REDIS_UID = 999  # the `redis` user of the official image
+REDIS_LABELS = {"app.kubernetes.io/part-of": "specexit", "app.kubernetes.io/name": REDIS_NAME}
+# The pods of a RayService that talk to Redis, by the label KubeRay sets: the head (its GCS stores its
+# tables there) and, when the RayService's RayCluster is deleted, KubeRay's Redis cleanup Job (a copy
+# of the head pod that deletes the cluster's keys). The GPU workers never do.
+REDIS_CLIENT_NODE_TYPES = ("head", "redis-cleanup")
 # Namespace whose pods may call the Serve HTTP port (an ingress controller's); docs/runbook.md, part B.
 SERVE_CLIENT_NAMESPACE = "ingress-nginx"
 # Nodes that carry a Ray accelerator type, as node labels: any one of these (nodeAffinity terms are
@@ -205,6 +233,19 @@ def auth_options() -> dict:
     token in the Ray containers themselves, so an operator that drops this field cannot start them
     without auth."""
     return {"mode": "token", "secretName": RAY_TOKEN_SECRET}
+
+
+def gcs_fault_tolerance() -> dict:
+    """KubeRay >= 1.3 (`spec.rayClusterConfig.gcsFaultToleranceOptions`): the operator sets
+    RAY_REDIS_ADDRESS, REDIS_PASSWORD (from the Secret) and `redis-password` on the head, a storage
+    namespace per RayCluster (its UID), a 600 s GCS reconnect timeout on the workers, and a
+    finalizer whose Job deletes the cluster's keys when the RayCluster goes. No password in the
+    manifest: a missing Secret keeps the head from starting (fails closed). `backend` (KubeRay >= 1.7,
+    default redis) is left out so that 1.6's CRD accepts the manifest too."""
+    return {
+        "redisAddress": REDIS_ADDRESS,
+        "redisPassword": {"valueFrom": {"secretKeyRef": {"name": REDIS_SECRET, "key": REDIS_PASSWORD_KEY}}},
+    }
 
 
 def _pod_metadata(cluster: str) -> dict:
@@ -503,6 +544,8 @@ def rayservice(recipe: Recipe) -> dict:
                 "rayVersion": RAY_VERSION,
                 "authOptions": auth_options(),
                 "enableInTreeAutoscaling": True,  # Serve autoscaling adds / removes GPU worker pods
+                # a head restart keeps the job table, the Serve app and its replicas (docs/runbook.md)
+                "gcsFaultToleranceOptions": gcs_fault_tolerance(),
                 "headGroupSpec": head_group(name, serve=True, extra_volumes=vols, extra_mounts=mounts),
                 "workerGroupSpecs": [serve_group(name, applications, vols, mounts)],
             },
@@ -522,6 +565,98 @@ def storage() -> dict:
             "resources": {"requests": {"storage": "1Ti"}},
         },
     }
+
+
+def redis() -> list[dict]:
+    """The RayServices' GCS store: one Redis pod (password from the Secret, append-only file on the
+    pod's emptyDir: it survives a container restart, not a rescheduled pod), its Service and a
+    NetworkPolicy admitting only the RayServices' heads and KubeRay's Redis cleanup Jobs."""
+    password = {"valueFrom": {"secretKeyRef": {"name": REDIS_SECRET, "key": REDIS_PASSWORD_KEY}}}
+    conf = "/usr/local/etc/redis/redis.conf"
+    # The password goes into a config file on a memory emptyDir, not onto redis-server's command line
+    # (`ps` would show it). Use a password without spaces or quotes: `openssl rand -hex 32`.
+    start = (
+        f"printf 'requirepass %s\\n' \"$REDIS_PASSWORD\" > {conf} && "
+        f"exec redis-server {conf} --dir /data --appendonly yes --maxmemory 1536mb --maxmemory-policy noeviction"
+    )
+    res = {"cpu": "1", "memory": "2Gi"}
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": REDIS_NAME, "labels": dict(REDIS_LABELS)},
+        "spec": {
+            "replicas": 1,
+            "strategy": {"type": "Recreate"},  # never two Redis pods on one store
+            "selector": {"matchLabels": dict(REDIS_LABELS)},
+            "template": {
+                "metadata": {"labels": dict(REDIS_LABELS)},
+                "spec": {
+                    "securityContext": {
+                        "runAsNonRoot": True,
+                        "runAsUser": REDIS_UID,
+                        "runAsGroup": REDIS_UID,
+                        "fsGroup": REDIS_UID,
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },
+                    "containers": [
+                        {
+                            "name": "redis",
+                            "image": REDIS_IMAGE,
+                            "imagePullPolicy": "IfNotPresent",
+                            "command": ["sh", "-c", start],
+                            "env": [{"name": "REDIS_PASSWORD", **password}],
+                            "ports": [{"containerPort": REDIS_PORT, "name": "redis"}],
+                            "readinessProbe": {"tcpSocket": {"port": "redis"}, "periodSeconds": 5},
+                            "livenessProbe": {
+                                "tcpSocket": {"port": "redis"},
+                                "initialDelaySeconds": 10,
+                                "periodSeconds": 10,
+                            },
+                            "resources": {"requests": dict(res), "limits": dict(res)},
+                            "securityContext": {
+                                "allowPrivilegeEscalation": False,
+                                "readOnlyRootFilesystem": True,
+                                "capabilities": {"drop": ["ALL"]},
+                            },
+                            "volumeMounts": [
+                                {"name": "data", "mountPath": "/data"},
+                                {"name": "config", "mountPath": str(Path(conf).parent)},
+                            ],
+                        }
+                    ],
+                    "volumes": [
+                        {"name": "data", "emptyDir": {}},
+                        {"name": "config", "emptyDir": {"medium": "Memory"}},
+                    ],
+                },
+            },
+        },
+    }
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": REDIS_NAME, "labels": dict(REDIS_LABELS)},
+        "spec": {
+            "selector": dict(REDIS_LABELS),
+            "ports": [{"name": "redis", "port": REDIS_PORT, "targetPort": "redis", "protocol": "TCP"}],
+        },
+    }
+    clients = [
+        {"podSelector": {"matchLabels": {CLUSTER_LABEL: rayservice_name(r), "ray.io/node-type": t}}}
+        for r in RECIPES
+        for t in REDIS_CLIENT_NODE_TYPES
+    ]
+    policy = {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": REDIS_NAME, "labels": dict(REDIS_LABELS)},
+        "spec": {
+            "podSelector": {"matchLabels": dict(REDIS_LABELS)},
+            "policyTypes": ["Ingress"],
+            "ingress": [{"from": clients, "ports": [{"port": REDIS_PORT, "protocol": "TCP"}]}],
+        },
+    }
+    return [deployment, service, policy]
 
 
 # -- files -----------------------------------------------------------------------------------------
@@ -567,7 +702,15 @@ def render() -> dict[str, str]:
             storage(),
             "cluster/kuberay/storage.yaml",
             "Shared volume for traces, labels, checkpoints, drafts and the HF cache.",
-        )
+        ),
+        "cluster/kuberay/redis.yaml": dump(
+            redis(),
+            "cluster/kuberay/redis.yaml",
+            f"GCS fault tolerance store of the RayServices. Needs the Secret {REDIS_SECRET} (key"
+            f" {REDIS_PASSWORD_KEY}; docs/runbook.md).\n# A single pod without persistent storage, for a"
+            " start: in production use a managed Redis with persistence\n# (Memorystore, ElastiCache, ...),"
+            " set REDIS_ADDRESS in cluster/render_kuberay.py to it and rerender.",
+        ),
     }
     for recipe in RECIPES:
         for stage in STAGES:

@@ -4,7 +4,9 @@ cluster.render_kuberay --check`), give each stage the GPUs its config asks for; 
 `serveConfigV2` is exactly the `applications` of its Serve config (cluster/serve/qwen3-4b-h100.yaml
 for Qwen3-4B, cluster/serve/r1-llama-8b.yaml for the 8B, both serve_app/gpu_tp2.yaml with declared
 changes) and builds, through Serve's own builder path and the app's typed validation, the same
-application; the Serve replicas see the draft the recipe trains. Scaling (tests/unit/
+application; the Serve replicas see the draft the recipe trains; each RayService runs GCS fault
+tolerance on the rendered Redis (cluster/kuberay/redis.yaml) with the password from a Secret, the
+RayJobs without it. Scaling (tests/unit/
 test_cluster_scaling.py) and auth / NetworkPolicy / NFS (tests/unit/test_cluster_security.py) have
 their own tests. Seconds (~20 s for the app builds), no cluster."""
 
@@ -87,16 +89,22 @@ def test_every_manifest_parses_with_the_right_kind():
     for p in sorted(KDIR.rglob("*.yaml")):
         for d in _docs(p):
             kinds.setdefault(d["kind"], []).append(str(p.relative_to(KDIR)))
-            assert d["apiVersion"] == {"PersistentVolumeClaim": "v1", "NetworkPolicy": "networking.k8s.io/v1"}.get(
-                d["kind"], "ray.io/v1"
-            )
+            assert d["apiVersion"] == {
+                "PersistentVolumeClaim": "v1",
+                "NetworkPolicy": "networking.k8s.io/v1",
+                "Deployment": "apps/v1",
+                "Service": "v1",
+            }.get(d["kind"], "ray.io/v1")
             assert d["metadata"]["name"]
     assert sorted(kinds["RayJob"]) == sorted(
         f"{r.name}/rayjob-{s}.yaml" for r in rk.RECIPES for s in ("traces", "labels", "train-draft")
     )
     assert kinds["PersistentVolumeClaim"] == ["storage.yaml"]
     assert sorted(kinds["RayService"]) == sorted(f"{r.name}/rayservice.yaml" for r in rk.RECIPES)
-    assert sorted(kinds["NetworkPolicy"]) == sorted(kinds["RayJob"] + kinds["RayService"])  # one each
+    assert kinds["Deployment"] == kinds["Service"] == ["redis.yaml"]  # the RayServices' GCS store
+    # one each; no Secret anywhere (passwords and tokens are created with kubectl, never committed)
+    assert sorted(kinds["NetworkPolicy"]) == sorted(kinds["RayJob"] + kinds["RayService"] + ["redis.yaml"])
+    assert set(kinds) == {"RayJob", "RayService", "NetworkPolicy", "PersistentVolumeClaim", "Deployment", "Service"}
 
 
 @pytest.mark.parametrize("recipe", rk.RECIPES, ids=lambda r: r.name)
@@ -142,6 +150,66 @@ def test_rayservice_serves_exactly_the_serve_config(recipe):
     assert serve_cfg == {"applications": source["applications"]}
     _check_cluster_spec(svc["spec"]["rayClusterConfig"], serve=True)
     assert svc["spec"]["rayClusterConfig"]["enableInTreeAutoscaling"] is True
+
+
+REDIS_FILE = KDIR / "redis.yaml"
+REDIS_PASSWORD_REF = {"valueFrom": {"secretKeyRef": {"name": "specexit-redis", "key": "password"}}}
+
+
+@pytest.mark.parametrize("recipe", _serve_recipes())
+def test_rayservice_runs_gcs_fault_tolerance_on_the_rendered_redis(recipe):
+    """KubeRay >= 1.3's gcsFaultToleranceOptions: the Redis address is the rendered Service (its
+    port reaches the Redis container), the password comes from the Secret, and none of the older
+    ways KubeRay rejects next to the options (ft-enabled annotation, RAY_REDIS_ADDRESS /
+    REDIS_PASSWORD env or `redis-password` on the head) is used."""
+    svc = _doc(KDIR / recipe.name / "rayservice.yaml", "RayService")
+    spec = svc["spec"]["rayClusterConfig"]
+    ft = spec["gcsFaultToleranceOptions"]
+    assert ft == {"redisAddress": "specexit-redis:6379", "redisPassword": REDIS_PASSWORD_REF}
+    assert "value" not in ft["redisPassword"]  # never inline
+    host, port = ft["redisAddress"].split(":")
+    service, deployment = _doc(REDIS_FILE, "Service"), _doc(REDIS_FILE, "Deployment")
+    assert service["metadata"]["name"] == host  # same namespace: the Service's short name resolves
+    (svc_port,) = [p for p in service["spec"]["ports"] if p["port"] == int(port)]
+    pod = deployment["spec"]["template"]
+    assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+    (redis,) = pod["spec"]["containers"]
+    assert {"containerPort": int(port), "name": svc_port["targetPort"]} in redis["ports"]
+    assert "ray.io/ft-enabled" not in (svc["metadata"].get("annotations") or {})
+    head = spec["headGroupSpec"]
+    assert not {"redis-password", "redis-username"} & set(head["rayStartParams"])
+    for c in _containers(head["template"]):
+        assert not {"RAY_REDIS_ADDRESS", "REDIS_PASSWORD", "REDIS_USERNAME"} & {e["name"] for e in c["env"]}
+
+
+@pytest.mark.parametrize("recipe", rk.RECIPES, ids=lambda r: r.name)
+@pytest.mark.parametrize("stage", rk.STAGES)
+def test_rayjobs_run_without_gcs_fault_tolerance(recipe, stage):
+    """One-shot clusters: a head restart kills the driver either way; the resubmitted job resumes
+    from the shared volume (render_kuberay's docstring)."""
+    job = _doc(KDIR / recipe.name / f"rayjob-{stage.replace('_', '-')}.yaml", "RayJob")
+    assert "gcsFaultToleranceOptions" not in job["spec"]["rayClusterSpec"]
+    assert "redis" not in (KDIR / recipe.name / f"rayjob-{stage.replace('_', '-')}.yaml").read_text().lower()
+
+
+def test_redis_takes_its_password_from_the_secret():
+    """The Redis pod reads the same Secret as the RayServices; the password is in no manifest and
+    not on redis-server's command line (a config file on a memory volume); one pod, non-root."""
+    deployment = _doc(REDIS_FILE, "Deployment")
+    assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"] == {"type": "Recreate"}
+    pod = deployment["spec"]["template"]["spec"]
+    (redis,) = pod["containers"]
+    env = {e["name"]: e for e in redis["env"]}
+    assert env["REDIS_PASSWORD"] == {"name": "REDIS_PASSWORD", **REDIS_PASSWORD_REF}
+    start = redis["command"][-1]
+    assert "requirepass %s" in start and '"$REDIS_PASSWORD" > /usr/local/etc/redis/redis.conf' in start
+    assert "exec redis-server /usr/local/etc/redis/redis.conf " in start and "--requirepass" not in start
+    assert "--maxmemory-policy noeviction" in start  # GCS tables must never be evicted
+    vols = {v["name"]: v for v in pod["volumes"]}
+    assert vols["config"] == {"name": "config", "emptyDir": {"medium": "Memory"}}
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert redis["resources"]["requests"] == redis["resources"]["limits"]
+    assert "password:" not in REDIS_FILE.read_text().replace("key: password", "")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -277,7 +345,7 @@ def test_generated_serve_configs_are_the_gpu_app_with_declared_changes(variant):
 
 CRD_DIR = os.environ.get(
     "SPECEXIT_KUBERAY_CRDS"
-)  # a folder with KubeRay's ray.io_rayjobs.yaml, ray.io_rayservices.yaml
+)  # a folder with KubeRay's ray.io_rayjobs.yaml, ray.io_rayservices.yaml (checked: v1.6.0, v1.7.0, master)
 
 
 def _strict(schema):
@@ -302,7 +370,14 @@ def test_manifests_validate_against_the_kuberay_crds():
         crd = yaml.safe_load((Path(CRD_DIR) / file).read_text())
         (v1,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
         schemas[kind] = _strict(v1["schema"]["openAPIV3Schema"])
+    validated = []
     for p in sorted(KDIR.rglob("*.yaml")):
         for d in _docs(p):
             if d["kind"] in schemas:
                 jsonschema.validate(d, schemas[d["kind"]])
+                validated.append(d["kind"])
+    # the RayServices' gcsFaultToleranceOptions (redisAddress, redisPassword.valueFrom.secretKeyRef)
+    # are among what the strict schema checked: an unknown or misspelt field there fails above
+    assert validated.count("RayService") == len(rk.RECIPES) and validated.count("RayJob") == 3 * len(rk.RECIPES)
+    ft = schemas["RayService"]["properties"]["spec"]["properties"]["rayClusterConfig"]["properties"]
+    assert {"redisAddress", "redisPassword"} <= set(ft["gcsFaultToleranceOptions"]["properties"])

@@ -7,6 +7,8 @@ or Kubernetes cluster):
   pods, head included; evaluated here with NetworkPolicy's rules: the head's GCS / dashboard /
   client ports admit only the cluster's own pods (plus the operator and the job submitter on the
   dashboard port), the Serve port the ingress namespace;
+- KubeRay: the RayServices' GCS fault-tolerance Redis (cluster/kuberay/redis.yaml) admits only the
+  RayServices' head pods and KubeRay's Redis cleanup Jobs, on its port only;
 - `ray up`: the head exports /mnt/cluster_storage over NFS to the VPC / subnet CIDR read from the
   instance metadata (the command is run here against fake metadata), root squashed, and the
   directory is not world-writable.
@@ -30,7 +32,8 @@ NAMESPACE = "specexit"  # where the manifests are applied (any one namespace)
 
 
 def _cluster_files() -> list[Path]:
-    return sorted(p for p in KDIR.rglob("*.yaml") if p.name != "storage.yaml")
+    """The files of the Ray clusters (a RayJob / RayService and its NetworkPolicy each)."""
+    return sorted(p for p in KDIR.rglob("*.yaml") if p.name not in ("storage.yaml", "redis.yaml"))
 
 
 def _docs(path: Path) -> dict[str, dict]:
@@ -137,6 +140,36 @@ def test_network_policies_are_one_per_cluster():
     names = [_docs(p)["NetworkPolicy"]["metadata"]["name"] for p in _cluster_files()]
     owners = [_ray_cluster(_docs(p))[0]["metadata"]["name"] for p in _cluster_files()]
     assert names == owners and len(set(names)) == len(names)
+
+
+def test_redis_admits_only_the_rayservice_heads_and_their_cleanup_jobs():
+    """GCS FT's Redis holds every RayService's cluster state: only the heads (their GCS) and KubeRay's
+    Redis cleanup Job (a copy of the head pod, node type `redis-cleanup`) reach it, on 6379 only. The
+    GPU workers, the RayJobs' pods, the operator and the ingress do not. Its pod is no Ray cluster's."""
+    docs = _docs(KDIR / "redis.yaml")
+    policy, deployment = docs["NetworkPolicy"], docs["Deployment"]
+    assert policy["metadata"]["name"] == rk.REDIS_NAME and policy["spec"]["policyTypes"] == ["Ingress"]
+    redis_pod = deployment["spec"]["template"]["metadata"]["labels"]
+    assert _matches(policy["spec"]["podSelector"], redis_pod)
+    assert rk.CLUSTER_LABEL not in redis_pod  # no Ray cluster's policy selects (and opens) it
+    admits = lambda ns, labels, port=rk.REDIS_PORT: _admits(policy, ns, labels, port)  # noqa: E731
+    services = [_ray_cluster(_docs(KDIR / r.name / "rayservice.yaml")) for r in rk.RECIPES]
+    for owner, spec in services:
+        head = _pod_labels(spec["headGroupSpec"], "head")
+        cleanup = {**head, "ray.io/node-type": "redis-cleanup"}  # KubeRay's buildRedisCleanupJob
+        assert admits(NAMESPACE, head) and admits(NAMESPACE, cleanup), owner["metadata"]["name"]
+        assert not admits(NAMESPACE, head, 6380) and not admits(NAMESPACE, head, 8265)
+        assert not admits("elsewhere", head)  # the manifests' own namespace only
+        for group in spec["workerGroupSpecs"]:
+            assert not admits(NAMESPACE, _pod_labels(group, "worker"))
+    for path in _cluster_files():
+        owner, spec = _ray_cluster(_docs(path))
+        if owner["kind"] == "RayJob":  # no GCS FT: their pods have no business with Redis
+            assert not admits(NAMESPACE, _pod_labels(spec["headGroupSpec"], "head"))
+    assert not admits("kuberay-system", dict(rk.OPERATOR_POD_LABELS))
+    assert not admits(rk.SERVE_CLIENT_NAMESPACE, {})
+    assert not admits(NAMESPACE, {"app": "anything"}) and not admits(NAMESPACE, {})
+    assert not admits(NAMESPACE, {rk.CLUSTER_LABEL: "specexit-some-other-cluster", "ray.io/node-type": "head"})
 
 
 # -- `ray up`: the head's NFS export ----------------------------------------------------------------
