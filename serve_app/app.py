@@ -135,6 +135,8 @@ def build_app(args: dict | AppArgs | None = None) -> Application:
     ingress_cls = make_fastapi_ingress(SpecExitIngress, app=app)
     options = SpecExitIngress.get_deployment_options([cfg])
     options["ray_actor_options"] = {"num_cpus": a.ingress_num_cpus}
+    if a.ingress_resources:
+        options["ray_actor_options"]["resources"] = dict(a.ingress_resources)
     options.update(shutdown_options(a))  # the ingress holds the client's connection: it drains too
     # The ingress only forwards; it must not be where requests queue without bound or get refused.
     options["max_ongoing_requests"] = max(

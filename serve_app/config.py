@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, PositiveFloat, field_validator, model_validator
 
 from specexit_core.exit import ExitConfig
 from specexit_core.exit.efforts import parse_effort
@@ -268,6 +268,12 @@ class AppArgs(ServeArgs):
         0.0, ge=0, description="logical CPUs for the replica actor itself (the engine ranks get one bundle each)"
     )
     ingress_num_cpus: float = Field(0.0, ge=0)
+    ingress_resources: dict[str, PositiveFloat] = Field(
+        default_factory=dict,
+        description="custom Ray resources the ingress replica asks for. {'node:__internal_head__': 0.001} keeps "
+        "it on the head node, beside Serve's controller and proxy: a lost worker node then never takes the "
+        "ingress (and every request in flight through it) along, only the engine replicas it ran",
+    )
 
     @model_validator(mode="after")
     def _long_needs_a_draft(self):

@@ -148,6 +148,7 @@ class TrainRunBase(StrictModel):
             "checkpoint_every",
             "num_to_keep",
             "max_failures",
+            "placement_strategy",
             "ray",
         }
     )
@@ -170,6 +171,10 @@ class TrainRunBase(StrictModel):
     checkpoint_every: int = Field(50, ge=1)
     num_to_keep: int = Field(2, ge=1)
     max_failures: int = Field(2, ge=0)  # worker-group restarts from the last checkpoint
+    # Where the workers go (Ray Train's ScalingConfig.placement_strategy). PACK (Ray's default) fills one
+    # node first; SPREAD puts them on different nodes, so a lost node takes fewer workers with it. Both are
+    # soft: a restart after a lost node packs the workers onto the capacity left.
+    placement_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = "PACK"
     ray: RayConfig = Field(default_factory=RayConfig)
 
     def resolve_paths(self):

@@ -103,7 +103,10 @@ def torch_trainer(loop, loop_config: dict, cfg, datasets: dict, gpu: bool):
         loop,
         train_loop_config=loop_config,
         scaling_config=ScalingConfig(
-            num_workers=cfg.num_workers, use_gpu=gpu, resources_per_worker=None if gpu else {"CPU": 1}
+            num_workers=cfg.num_workers,
+            use_gpu=gpu,
+            resources_per_worker=None if gpu else {"CPU": 1},
+            placement_strategy=cfg.placement_strategy,
         ),
         datasets=datasets,
         run_config=RunConfig(

@@ -143,6 +143,8 @@ def run(cfg: LabelsConfig) -> dict:
         processed = res["rows"]
         timing = res
     repaired += repair_duplicates(cfg.output)
+    # temp files of writers that died mid-write (their node was lost): Ray's retry wrote those rows
+    stale += clean_tmp(cfg.output)
     summary = tally(cfg.output, expected)
     secs = time.time() - t0
     summary.update(
@@ -151,6 +153,7 @@ def run(cfg: LabelsConfig) -> dict:
         skipped_already_done=len(expected) - len(todo),
         processed_this_run=processed,
         duplicates_removed=repaired,
+        stale_tmp_removed=stale,
         seconds=round(secs, 1),
         rows_per_s=round(processed / secs, 3) if secs > 0 else None,
         engines=cfg.engine.concurrency,

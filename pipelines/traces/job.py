@@ -217,6 +217,8 @@ def run(cfg: TracesConfig) -> dict:
         written["rows"] += res["rows"]
         written["timing"] = res
     repaired += repair_duplicates(cfg.output)
+    # temp files of writers that died mid-write (their node was lost): Ray's retry wrote those rows
+    stale += clean_tmp(cfg.output)
     summary = tally(cfg.output, expected)
     secs = time.time() - t0
     summary.update(
@@ -225,6 +227,7 @@ def run(cfg: TracesConfig) -> dict:
         skipped_already_done=len(rows) - len(todo),
         processed_this_run=written["rows"],
         duplicates_removed=repaired,
+        stale_tmp_removed=stale,
         seconds=round(secs, 1),
         rows_per_s=round(written["rows"] / secs, 3) if secs > 0 else None,
     )

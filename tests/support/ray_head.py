@@ -17,10 +17,11 @@ import time
 from collections.abc import Callable
 
 from support.paths import REPO_ROOT, VENV_BIN
-from support.ports import free_port
+from support.ports import free_port, free_ports
 
 
 def head_args(*, gcs: int, client: int, dash: int, tmp: str, num_cpus: int = 8) -> list[str]:
+    agent, agent_grpc, env_agent, metrics, manager, objects = free_ports(6)
     return [
         "start",
         "--head",
@@ -35,17 +36,17 @@ def head_args(*, gcs: int, client: int, dash: int, tmp: str, num_cpus: int = 8) 
         "--dashboard-port",
         str(dash),
         "--dashboard-agent-listen-port",
-        str(free_port()),
+        str(agent),
         "--dashboard-agent-grpc-port",
-        str(free_port()),
+        str(agent_grpc),
         "--runtime-env-agent-port",
-        str(free_port()),
+        str(env_agent),
         "--metrics-export-port",
-        str(free_port()),
+        str(metrics),
         "--node-manager-port",
-        str(free_port()),
+        str(manager),
         "--object-manager-port",
-        str(free_port()),
+        str(objects),
         "--num-cpus",
         str(num_cpus),
         "--object-store-memory",

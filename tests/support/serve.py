@@ -44,14 +44,14 @@ def running_serve(*apps: ServeApp, timeout: float = 300, num_cpus: int = 8) -> I
         serve.start(http_options={"host": "127.0.0.1", "port": port})
         for app in apps:
             serve.run(build_app(app.args), name=app.name, route_prefix=app.route_prefix, blocking=False)
-        _wait_running([app.name for app in apps], timeout)
+        wait_running([app.name for app in apps], timeout)
         yield f"http://127.0.0.1:{port}"
     finally:
         serve.shutdown()
         ray.shutdown()
 
 
-def _wait_running(names: list[str], timeout: float) -> None:
+def wait_running(names: list[str], timeout: float) -> None:
     from ray import serve
 
     t0 = time.time()

@@ -381,3 +381,28 @@ def test_thinking_token_budget_becomes_the_exact_exit_budget():
     # usage counts think tokens as the budget does: a `<think>` the model writes is not one
     assert choice_telemetry([40, 7, 7, 41, 9], 41, None, think_start_id=40)["think_tokens"] == 2
     assert choice_telemetry([7, 7, 41, 9], 41, None, think_start_id=40)["think_tokens"] == 2
+
+
+def test_ingress_resources_pin_the_ingress_and_bad_ones_fail_early(monkeypatch):
+    """`ingress_resources` reach the ingress replica's actor options (the node-loss drill pins it to the
+    head with them); the engine deployment keeps its own; a zero or negative amount is refused."""
+    import types
+
+    import ray
+
+    from serve_app.ray_llm import build_like_serve_run
+
+    monkeypatch.setattr(ray, "get_runtime_context", lambda: types.SimpleNamespace(runtime_env={}))
+    toy = {"model": {"id": "m", "source": "toy:teacher", "accelerator": "cpu"}}
+    head = {"node:__internal_head__": 0.001}
+    built = build_like_serve_run(
+        {"name": "t", "import_path": "serve_app.app:build_app", "args": {**toy, "ingress_resources": head}}
+    )
+    opts = {d.name: d.ray_actor_options for d in built.deployments}
+    engine = opts.pop("SpecExitLLMServer:m")
+    ((_, ingress),) = opts.items()
+    assert ingress["resources"] == head and "resources" not in (engine or {})
+    plain = build_like_serve_run({"name": "t", "import_path": "serve_app.app:build_app", "args": toy})
+    assert all("resources" not in (d.ray_actor_options or {}) for d in plain.deployments)
+    with pytest.raises(ConfigError, match="ingress_resources"):
+        load_args({**toy, "ingress_resources": {"node:__internal_head__": 0}})

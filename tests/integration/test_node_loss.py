@@ -1,0 +1,496 @@
+"""Losing a node loses nothing (issue #43): drills on a Ray cluster of several nodes on this machine
+(tests/support/multinode.py). A node is lost the way a preempted spot VM loses it: SIGKILL to its
+raylet and every process under it at once.
+
+The head has no CPUs (drivers, the job supervisor, Serve's controller and proxy run there); two worker
+nodes of 2 CPUs each carry the engines. Each drill loses the node that runs a vLLM engine while it
+works, then gives the capacity back (a new node joins) for the next drill. The tests run in file order
+and share one cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import re
+import threading
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from pipelines.common.parts import read_all
+from specexit_core.toy.paths import TEACHER_DIR
+from specexit_core.toy.task import problems
+from support.cli import output_json
+from support.multinode import MultiNodeCluster
+from support.ray_head import retry_no_agent
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow(minutes=6)]
+
+N_ROWS = 24  # 12 parts of 2 rows: the node dies with most of them still to write
+TRAIN_STEPS = 20  # a checkpoint every 5: the node dies after the first, the run resumes from it
+ENGINE = {
+    "model": str(TEACHER_DIR),
+    "dtype": "float32",
+    "enforce_eager": True,
+    "max_model_len": 512,
+    "max_num_seqs": 8,
+    "concurrency": 2,  # one engine per worker node
+    "batch_size": 2,
+}
+
+
+class Cluster(MultiNodeCluster):
+    def submit(self, stage: str, config: Path, job_id: str) -> str:
+        args = ["job", "submit", "--address", self.address, "--working-dir", ".", "--submission-id", job_id]
+        args += ["--no-wait", "--", "python", "-m", f"pipelines.{stage}", "--config", str(config)]
+        r = retry_no_agent(lambda: self.ray(*args))
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+        return job_id
+
+    def jobs(self):
+        from ray.job_submission import JobSubmissionClient
+
+        return JobSubmissionClient(self.address)
+
+    def wait(self, job_id: str, timeout: float = 600) -> str:
+        client, t0 = self.jobs(), time.time()
+        while time.time() - t0 < timeout:
+            s = str(client.get_job_status(job_id))
+            if s in ("SUCCEEDED", "FAILED", "STOPPED"):
+                return s
+            time.sleep(1)
+        raise TimeoutError(job_id)
+
+    def engine_nodes(self) -> collections.Counter:
+        """Worker node name -> alive Ray Data map actors (the vLLM engine stage's) on it."""
+        from ray.util.state import list_actors
+
+        alive = list_actors(address=self.address, filters=[("state", "=", "ALIVE")], limit=1000)
+        return collections.Counter(self.node_of(a.node_id) for a in alive if "MapWorker" in a.class_name)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    if not (TEACHER_DIR / "config.json").exists():
+        pytest.skip(f"no toy teacher at {TEACHER_DIR} (run `specexit toy build`)")
+    c = Cluster()
+    c.start()
+    try:
+        c.add_node("a", 2)
+        c.add_node("b", 2)
+        yield c
+    finally:
+        c.stop()
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory):
+    d = tmp_path_factory.mktemp("nodeloss")
+    rows = [
+        {"id": f"p{i}", "prompt": p.prompt, "gold": str(p.answer)}
+        for i, p in enumerate(problems("train", N_ROWS, seed=11))
+    ]
+    (d / "prompts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfgs = {
+        "traces": {
+            "input": {"kind": "jsonl", "path": str(d / "prompts.jsonl"), "gold_column": "gold"},
+            "output": str(d / "traces"),
+            "chunk_rows": 2,
+            "engine": ENGINE,
+            "sampling": {"temperature": 0.6, "max_tokens": 200, "seed": 0},
+        },
+        "labels": {
+            "input": str(d / "traces"),
+            "output": str(d / "labels"),
+            "chunk_rows": 2,
+            "grader": "toy",
+            "probe_max_tokens": 6,
+            "engine": ENGINE,
+        },
+        "train_draft": {
+            "input": str(d / "labels"),
+            "output": str(d / "draft"),
+            "target": str(TEACHER_DIR),
+            "run_name": "drill",
+            "storage_path": str(d / "ray_train"),
+            "num_workers": 2,
+            "placement_strategy": "SPREAD",  # a worker on each node
+            "use_gpu": False,
+            "aux_layer_ids": [1, 2, 3],
+            "draft_vocab_size": 160,
+            "steps": TRAIN_STEPS,
+            "batch_size": 4,
+            "warmup_steps": 5,
+            "log_every": 5,
+            "checkpoint_every": 5,
+            "max_failures": 2,
+        },
+    }
+    for k, v in cfgs.items():
+        (d / f"{k}.yaml").write_text(json.dumps(v))
+    return d
+
+
+class PartWatcher(threading.Thread):
+    """Opens every part file the moment it is visible, for the whole job: a part a dying writer left
+    half-written would fail to read (or read short) here even if the job later replaced it."""
+
+    def __init__(self, folder: Path):
+        super().__init__(daemon=True)
+        self.folder, self.seen, self.bad, self.stop = folder, {}, [], threading.Event()
+
+    def run(self):
+        while not self.stop.is_set():
+            for f in sorted(self.folder.glob("part-*.parquet")) if self.folder.is_dir() else []:
+                if f.name in self.seen:
+                    continue
+                try:
+                    meta = pq.read_metadata(f)
+                    t = pq.read_table(f)
+                    assert t.num_rows == meta.num_rows > 0
+                    self.seen[f.name] = t.num_rows
+                except FileNotFoundError:
+                    pass  # replaced by a retry of the same ids between glob and open
+                except Exception as e:  # noqa: BLE001 -- any unreadable visible part is the finding
+                    self.bad.append(f"{f.name}: {e!r}")
+                    self.seen[f.name] = -1
+            time.sleep(0.05)
+
+
+def _raw_ids(folder: Path) -> collections.Counter:
+    """Ids over every visible part file as it is on disk (read_all would hide duplicates)."""
+    c = collections.Counter()
+    for f in folder.glob("part-*.parquet"):
+        c.update(pq.read_table(f, columns=["id"]).column("id").to_pylist())
+    return c
+
+
+def _drill(cluster: Cluster, stage: str, work: Path, spare: str) -> dict:
+    """Run `stage` across both worker nodes, lose a node running an engine once the first part is
+    written, let Ray's retries finish the job (or resubmit it once if the job failed), then give the
+    capacity back (node `spare` joins)."""
+    out = work / stage
+    watcher = PartWatcher(out)
+    watcher.start()
+    job = cluster.submit(stage, work / f"{stage}.yaml", f"{stage}-drill-{time.time_ns()}")
+    t0 = time.time()
+    while True:  # until the first part is visible, then at once: which nodes run an engine
+        status = str(cluster.jobs().get_job_status(job))
+        assert time.time() - t0 < 300 and status in ("PENDING", "RUNNING"), cluster.jobs().get_job_logs(job)[-6000:]
+        if list(out.glob("part-*.parquet")):
+            engines = cluster.engine_nodes()
+            live = [n for n in engines if n and cluster.nodes[n].alive]
+            if live:
+                break
+        time.sleep(0.1)
+    victim = max(live, key=lambda n: engines[n])
+    parts_before = len(list(out.glob("part-*.parquet")))
+    lost_s = cluster.lose(victim)
+    status = cluster.wait(job)
+    resubmitted = status != "SUCCEEDED"
+    if resubmitted:  # Ray's retries did not carry it: the resume must (skips the ids already written)
+        job = cluster.submit(stage, work / f"{stage}.yaml", f"{stage}-resume-{time.time_ns()}")
+        status = cluster.wait(job)
+    logs = cluster.jobs().get_job_logs(job)
+    watcher.stop.set()
+    watcher.join()
+    assert status == "SUCCEEDED", logs[-6000:]
+    cluster.add_node(spare, 2)
+    return {
+        "victim": victim,
+        "engines_before": dict(engines),
+        "parts_before_loss": parts_before,
+        "lost_s": round(lost_s, 1),
+        "resubmitted": resubmitted,
+        "seconds": round(time.time() - t0, 1),
+        "summary": output_json(logs),
+        "watcher": watcher,
+        "logs": logs,
+    }
+
+
+def _check_exactly_once(out: Path, d: dict) -> None:
+    expected = {f"p{i}" for i in range(N_ROWS)}
+    raw = _raw_ids(out)
+    assert set(raw) == expected and max(raw.values()) == 1, raw  # every input row once, on disk
+    assert not list(out.glob(".tmp-*"))
+    assert not d["watcher"].bad, d["watcher"].bad  # no visible part was ever partial
+    s = d["summary"]
+    assert s["complete"] and s["input_rows"] == N_ROWS == s["ok"] + s["errors"] and s["duplicates"] == 0
+    assert 0 < d["parts_before_loss"] < N_ROWS // 2  # the node died mid-job, parts still to write
+    print(
+        f"\n[{s['stage']}] lost node {d['victim']} (engines {d['engines_before']}) after {d['parts_before_loss']} "
+        f"parts; GCS saw it dead in {d['lost_s']} s; resubmitted: {d['resubmitted']}; job {d['seconds']} s; "
+        f"{s['ok']} ok, {s['errors']} errors; {len(d['watcher'].seen)} part files seen while running"
+    )
+
+
+def test_traces_job_loses_a_worker_node(cluster, work):
+    d = _drill(cluster, "traces", work, spare="c")
+    _check_exactly_once(work / "traces", d)
+    assert d["summary"]["errors"] == 0  # the lost engine's rows were generated again, not turned into errors
+    rows = read_all(work / "traces").to_pylist()
+    assert all(r["status"] == "ok" and r["num_completion_tokens"] > 0 for r in rows)
+
+
+def test_labels_job_loses_a_worker_node(cluster, work):
+    d = _drill(cluster, "labels", work, spare="d")
+    _check_exactly_once(work / "labels", d)
+    rows = read_all(work / "labels").to_pylist()
+    assert not [r["error"] for r in rows if r["error"] and "probe generation failed" in r["error"]]
+
+
+def _registered_checkpoint(run: Path) -> str | None:
+    """The checkpoint the Ray Train controller has registered (named in its snapshot on storage)."""
+    try:
+        snap = json.loads((run / "checkpoint_manager_snapshot.json").read_text())
+    except (OSError, ValueError):
+        return None
+    latest = snap.get("latest_checkpoint_result")
+    return latest and latest.get("checkpoint_dir_name")
+
+
+def test_training_loses_a_worker_node(cluster, work):
+    """Ray Train with a worker on each node; the node of worker 1 dies after the first registered
+    checkpoint. The worker group restarts on the capacity left and resumes from that checkpoint; the
+    loss curve goes on from there (no step is logged twice before the resume point); the draft loads."""
+    from safetensors.torch import load_file
+
+    from pipelines.common.train_run import read_events
+
+    run = work / "ray_train" / "drill"
+    job = cluster.submit("train_draft", work / "train_draft.yaml", f"train-drill-{time.time_ns()}")
+    t0 = time.time()
+    while _registered_checkpoint(run) is None or not (run / "worker-1.pid").exists():
+        status = str(cluster.jobs().get_job_status(job))
+        assert time.time() - t0 < 300 and status in ("PENDING", "RUNNING"), cluster.jobs().get_job_logs(job)[-6000:]
+        time.sleep(0.25)
+    pids = {r: int((run / f"worker-{r}.pid").read_text()) for r in (0, 1)}
+    nodes = {r: cluster.node_of_pid(p) for r, p in pids.items()}
+    assert nodes[0] and nodes[1] and nodes[0] != nodes[1], nodes  # SPREAD: one worker per node
+    lost_s = cluster.lose(nodes[1])
+    status = cluster.wait(job)
+    logs = cluster.jobs().get_job_logs(job)
+    assert status == "SUCCEEDED", logs[-6000:]
+    s = output_json(logs)
+    starts = [e for e in read_events(run / "specexit_events.jsonl") if e["event"] == "start"]
+    assert len(starts) == 2 and not starts[0]["resumed"] and starts[1]["resumed"] and starts[1]["step"] >= 5, starts
+    assert s["complete"] and s["step"] == TRAIN_STEPS and s["resumed_from_steps"] == [starts[1]["step"]]
+    # the loss curve: the first attempt logs from step 1; after "resuming from step S" the steps go on past S
+    # in order, up to the end, and the loss starts from where the checkpoint left it, not from scratch
+    first, _, second = logs.partition(f"resuming from step {starts[1]['step']}")
+    curve = [
+        [(int(a), float(b)) for a, b in re.findall(r"\[train\] step (\d+)/\d+ .*?token_loss=([\d.]+)", part)]
+        for part in (first, second)
+    ]
+    resume = starts[1]["step"]
+    assert curve[0] and curve[0][0][0] == 1 and curve[1], curve
+    steps_after = [step for step, _ in curve[1]]
+    assert steps_after == sorted(set(steps_after)) and steps_after[0] > resume and steps_after[-1] == TRAIN_STEPS, curve
+    assert curve[1][0][1] < curve[0][0][1], curve  # below step 1's loss: the weights were restored
+    weights = load_file(str(work / "draft" / "model.safetensors"))
+    assert weights and all(bool(t.isfinite().all()) for t in weights.values())
+    print(
+        "\nDRILL training "
+        + json.dumps(
+            {
+                "workers_on": nodes,
+                "lost": nodes[1],
+                "gcs_marked_dead_s": round(lost_s, 1),
+                "resumed_from_step": resume,
+                "token_loss": curve,
+                "seconds": round(time.time() - t0, 1),
+            }
+        )
+    )
+
+
+# -- serving: two engine replicas on two worker nodes, the proxy and the ingress on the head ---------------
+SERVE_MODEL = "toy-drill"
+N_REQUESTS, CONCURRENCY, KILL_AFTER = 300, 16, 60  # the node dies once KILL_AFTER requests are answered
+MAX_TRIES = 8  # a client that retries on 503 / a stream's error event; more tries than that is a finding
+
+
+def _serve_args() -> dict:
+    from specexit_core.vllm_env import engine_cores_bind
+    from support.serve import toy_model_args
+
+    return {
+        "model": toy_model_args(
+            SERVE_MODEL, max_num_seqs=16, seed=0, cpu={"kv_cache_gib": 1, "omp_threads_bind": engine_cores_bind()}
+        ),
+        "autoscaling": {"min_replicas": 2, "max_replicas": 2},
+        "backpressure": {"max_ongoing_requests": 16, "max_queued_requests": 32, "retry_after_s": 1},
+        "health": {"period_s": 1, "timeout_s": 10},
+        "request_timeout_s": 60,
+        "ingress_resources": {"node:__internal_head__": 0.001},  # the ingress beside the proxy, on the head
+    }
+
+
+def _body(i: int) -> dict:
+    prompt = f"Compute from left to right : {i % 90 + 1} + {i % 7} * 3"
+    return {"model": SERVE_MODEL, "messages": [{"role": "user", "content": prompt}], "max_tokens": 48, "temperature": 0}
+
+
+def _replica_nodes(cluster: Cluster) -> collections.Counter:
+    from ray.util.state import list_actors
+
+    alive = list_actors(address=cluster.address, filters=[("state", "=", "ALIVE")], limit=1000)
+    return collections.Counter(cluster.node_of(a.node_id) for a in alive if "SpecExitLLMServer" in a.class_name)
+
+
+@pytest.fixture(scope="module")
+def serving(cluster):
+    import ray
+    from ray import serve
+
+    from serve_app.app import build_app
+    from support.ports import free_port
+    from support.serve import wait_generating, wait_running
+
+    for name in [n for n, node in cluster.nodes.items() if node.alive]:
+        cluster.lose(name)  # the batch drills' 2-CPU nodes go: from here one engine replica per node
+    cluster.add_node("s1", 1)
+    cluster.add_node("s2", 1)
+    port = free_port()
+    ray.init(address=cluster.gcs_address, log_to_driver=False)
+    try:
+        serve.start(http_options={"host": "127.0.0.1", "port": port, "location": "HeadOnly"})
+        serve.run(build_app(_serve_args()), name="drill", blocking=False)
+        wait_running(["drill"], 300)
+        url = f"http://127.0.0.1:{port}"
+        wait_generating(url, _body(0), None, 240)
+        yield url
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+
+
+async def _ask(c, i: int, stream: bool) -> dict:
+    """One request, retried after a 503 (waiting its Retry-After) or a stream's error event, as a client
+    of this endpoint should; returns every attempt's outcome and the answer."""
+    import httpx
+
+    attempts = []
+    for _ in range(MAX_TRIES):
+        try:
+            if not stream:
+                r = await c.post("/v1/chat/completions", json=_body(i))
+                attempts.append((r.status_code, r.headers.get("retry-after")))
+                if r.status_code == 200:
+                    return {"attempts": attempts, "text": r.json()["choices"][0]["message"]["content"] or ""}
+            else:
+                async with c.stream("POST", "/v1/chat/completions", json={**_body(i), "stream": True}) as r:
+                    if r.status_code != 200:
+                        await r.aread()
+                        attempts.append((r.status_code, r.headers.get("retry-after")))
+                    else:
+                        text, error, done = "", None, False
+                        async for line in r.aiter_lines():
+                            if not line.startswith("data: "):
+                                continue
+                            if line == "data: [DONE]":
+                                done = True
+                                break
+                            event = json.loads(line[6:])
+                            if "error" in event:
+                                error = event["error"]
+                                continue  # read on: the stream must still end (no hang) after its error
+                            delta = event["choices"][0]["delta"]
+                            text += delta.get("content") or delta.get("reasoning_content") or ""
+                        attempts.append(("stream-error", error["code"]) if error else ("stream", done))
+                        if done and not error:
+                            return {"attempts": attempts, "text": text}
+        except httpx.HTTPError as e:  # a dropped connection or a hang past the client's timeout: a finding
+            attempts.append((type(e).__name__, str(e)[:200]))
+        last = attempts[-1]
+        if last[0] == 503 and last[1]:
+            await asyncio.sleep(int(last[1]))
+        elif last[0] == "stream-error":
+            await asyncio.sleep(1)
+        else:
+            break
+    return {"attempts": attempts, "text": None}
+
+
+def test_serving_loses_a_worker_node(cluster, serving):
+    import httpx
+
+    replicas = _replica_nodes(cluster)
+    assert sorted(n for n in replicas.elements()) == ["s1", "s2"], replicas  # one replica per worker node
+    models, done, lost = [], [], {}
+
+    async def load():
+        sem = asyncio.Semaphore(CONCURRENCY)
+        async with httpx.AsyncClient(base_url=serving, timeout=90, limits=httpx.Limits(max_connections=32)) as c:
+
+            async def one(i):
+                async with sem:
+                    res = await _ask(c, i, stream=i % 2 == 1)
+                done.append(res)
+                return res
+
+            async def poll_models():
+                while len(done) < N_REQUESTS:
+                    try:
+                        models.append((await c.get("/v1/models", timeout=10)).status_code)
+                    except httpx.HTTPError as e:
+                        models.append(type(e).__name__)
+                    await asyncio.sleep(0.25)
+
+            async def lose_a_node():
+                while len(done) < KILL_AFTER:
+                    await asyncio.sleep(0.05)
+                victim = next(n for n in _replica_nodes(cluster) if n)
+                lost.update(victim=victim, at=time.time(), answered_before=len(done))
+                lost["gcs_dead_s"] = await asyncio.to_thread(cluster.lose, victim)
+
+            t0 = time.time()
+            results, *_ = await asyncio.gather(
+                asyncio.gather(*(one(i) for i in range(N_REQUESTS))), poll_models(), lose_a_node()
+            )
+            return results, time.time() - t0
+
+    results, seconds = asyncio.run(load())
+    firsts = collections.Counter(str(r["attempts"][0][0]) for r in results)
+    every = [a for r in results for a in r["attempts"]]
+    # no answer but 200 or a 503 that says when to retry; a stream cut by the loss ends with an error event
+    assert all(a[0] in (200, 503, "stream", "stream-error") for a in every), [
+        a for a in every if a[0] not in (200, 503, "stream", "stream-error")
+    ][:5]
+    assert all(a[1] for a in every if a[0] == 503)  # Retry-After on every 503
+    assert all(a[1] == 503 for a in every if a[0] == "stream-error")
+    assert all(r["text"] for r in results), [r["attempts"] for r in results if not r["text"]][:5]  # every answer
+    hit = sum(1 for r in results if len(r["attempts"]) > 1)
+    assert hit >= 1  # the loss did cut requests in flight (else the drill proved nothing)
+    assert models and all(s == 200 for s in models), collections.Counter(map(str, models))
+
+    # capacity returns: a node joins and Serve places the lost replica there
+    t_join = time.time()
+    cluster.add_node("s3", 1)
+    while sorted(_replica_nodes(cluster).elements()) != sorted({"s1", "s2"} - {lost["victim"]} | {"s3"}):
+        assert time.time() - t_join < 240, _replica_nodes(cluster)
+        time.sleep(1)
+    wait_s = time.time() - t_join
+    r = httpx.post(serving + "/v1/chat/completions", json=_body(1), timeout=60)
+    assert r.status_code == 200
+    summary = {
+        "requests": N_REQUESTS,
+        "streaming": N_REQUESTS // 2,
+        "concurrency": CONCURRENCY,
+        "victim": lost["victim"],
+        "answered_before_loss": lost["answered_before"],
+        "gcs_marked_dead_s": round(lost["gcs_dead_s"], 1),
+        "first_attempts": dict(firsts),
+        "requests_retried": hit,
+        "attempts_total": len(every),
+        "answers": sum(1 for r in results if r["text"]),
+        "models_polls": len(models),
+        "seconds": round(seconds, 1),
+        "replica_placed_again_after_join_s": round(wait_s, 1),
+    }
+    print("\nDRILL serving " + json.dumps(summary))
