@@ -29,7 +29,7 @@ from specexit_core.exit import EXIT_CONFIG_ENV
 from specexit_core.exit.efforts import DEFAULT_EFFORT_ENV
 from specexit_core.vllm_env import cpu_engine_env
 from specexit_core.vllm_plugin.long_controls import LONG_DEFAULTS_ENV
-from specexit_core.vllm_plugin.telemetry import TELEMETRY_DIR_ENV
+from specexit_core.vllm_plugin.telemetry import SEGMENT_BYTES_ENV, TELEMETRY_DIR_ENV
 
 
 def engine_kwargs(a: AppArgs) -> dict[str, Any]:
@@ -84,6 +84,8 @@ def llm_config(a: AppArgs) -> LLMConfig:
         env[DEFAULT_EFFORT_ENV] = a.specexit.default_effort
     if a.specexit.telemetry_dir:
         env[TELEMETRY_DIR_ENV] = a.specexit.telemetry_dir
+    if a.specexit.telemetry_segment_bytes:
+        env[SEGMENT_BYTES_ENV] = str(a.specexit.telemetry_segment_bytes)
     if a.specexit.long_defaults:
         env[LONG_DEFAULTS_ENV] = json.dumps(a.specexit.long_defaults)
     autoscaling = a.autoscaling.model_dump(exclude_none=True)

@@ -104,6 +104,13 @@ class SpecExitArgs(ServeArgs):
     telemetry_dir: str | None = Field(
         None, description="where the engine logs exit events (default: a per-replica temp folder)"
     )
+    telemetry_segment_bytes: int | None = Field(
+        None,
+        ge=16384,
+        description="size at which an engine's event file rolls to the next segment; the replica deletes "
+        "segments it has read (default: $SPECEXIT_TELEMETRY_SEGMENT_BYTES, else 1 MiB). An event is ~300 "
+        "bytes; the engine keeps 8 segments a stream however far its reader lags",
+    )
     long_defaults: dict[str, Any] = Field(
         default_factory=dict,
         description="the long mode on by default, with these LongConfig fields (nested like the `long` "

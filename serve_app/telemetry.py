@@ -6,6 +6,11 @@ worker (it ran on without an exit) to `fallbacks-<pid>.jsonl` (see
 specexit_core/vllm_plugin/telemetry.py). The engine replica tails both (`ExitEventIndex`) and joins
 them with the finished response by request id; think tokens are counted from the generated token ids, which the replica asks vLLM
 for (`return_token_ids`) and strips again unless the client asked for them.
+
+The files stay bounded: the writer rolls each stream to a new segment past a size cap, and the index
+deletes a segment once it has read it to the end and a newer one of the same stream exists (the writer
+never writes to it again), so it never deletes a line it has not read. The folder then holds, per
+stream, the segment being written and at most the one before it.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-from specexit_core.vllm_plugin.telemetry import EXITS, FALLBACKS, LONG
+from specexit_core.vllm_plugin.telemetry import EXITS, FALLBACKS, LONG, parse_segment
 
 _CHILD = re.compile(r"^(\d+)_(.*)$")
 
@@ -36,52 +41,68 @@ def split_internal_id(internal_id: str) -> tuple[str, int]:
 
 
 class ExitEventIndex:
-    """Incremental reader of the exit- and fallback-event files of one engine (one folder per replica)."""
+    """Incremental reader of the exit- and fallback-event files of one engine (one folder per replica).
+    `prune`: delete the segments it has read that the writer has finished (the replica owns its folder)."""
 
-    def __init__(self, directory: str | Path, max_events: int = 20000):
+    def __init__(self, directory: str | Path, max_events: int = 20000, prune: bool = True):
         self.dir = Path(directory)
         self.max_events = max_events
+        self.prune = prune
         self._offsets: dict[Path, int] = {}
         self._events: OrderedDict[tuple[str, int], dict] = OrderedDict()
         self._fallbacks: OrderedDict[tuple[str, int], dict] = OrderedDict()
         self._long: OrderedDict[tuple[str, int], dict] = OrderedDict()
         self.malformed_lines = 0  # torn / foreign lines skipped (telemetry is never fatal)
+        self.segments_deleted = 0
 
     def _refresh(self) -> None:
         # Every response asks (an event is written just before its response): one listing and a
         # size check per file, and only a file that grew is opened (was ~0.24 CPU-ms per request).
         try:
-            names = sorted(os.listdir(self.dir))
+            names = os.listdir(self.dir)
         except FileNotFoundError:
             return
         for kind, store in ((EXITS, self._events), (FALLBACKS, self._fallbacks), (LONG, self._long)):
-            files = [self.dir / n for n in names if n.startswith(f"{kind}-") and n.endswith(".jsonl")]
-            self._read_new(files, store)
-
-    def _read_new(self, files: list[Path], store: OrderedDict) -> None:
-        for f in files:
-            off = self._offsets.get(f, 0)
-            try:
-                if os.stat(f).st_size <= off:
-                    continue  # nothing new (a file that shrank is read from where it was, as before: nothing)
-                with open(f, "rb") as fh:
-                    fh.seek(off)
-                    data = fh.read()
-            except FileNotFoundError:
-                continue
-            end = data.rfind(b"\n") + 1  # a line still being written waits for the next refresh
-            self._offsets[f] = off + end  # first: a bad line below must never be read again
-            for line in data[:end].splitlines():
-                if line.strip():
+            files = _segments_oldest_first(n for n in names if n.startswith(f"{kind}-") and n.endswith(".jsonl"))
+            for name, finished in files:
+                f = self.dir / name
+                self._read_new(f, store, finished)
+                if finished and self.prune:
                     try:
-                        ev = json.loads(line)
-                        key = split_internal_id(ev["req_id"])
-                    except (ValueError, KeyError, TypeError, AttributeError):
-                        self.malformed_lines += 1  # counted, skipped: the responses go on
-                        continue
-                    store[key] = ev  # TP ranks log the same event
-        while len(store) > self.max_events:  # events of requests nobody asked about (aborted)
-            store.popitem(last=False)
+                        os.unlink(f)
+                        self.segments_deleted += 1
+                    except FileNotFoundError:
+                        pass  # the writer's own bound was first
+                    self._offsets.pop(f, None)
+            while len(store) > self.max_events:  # events of requests nobody asked about (aborted)
+                store.popitem(last=False)
+        if len(self._offsets) > len(names):  # files gone meanwhile: forget their offsets
+            listed = {self.dir / n for n in names}
+            self._offsets = {f: o for f, o in self._offsets.items() if f in listed}
+
+    def _read_new(self, f: Path, store: OrderedDict, finished: bool = False) -> None:
+        """The lines of `f` after its offset; `finished` (the writer has moved to a newer segment): every
+        byte, a torn last line included (counted as malformed), else up to the last newline."""
+        off = self._offsets.get(f, 0)
+        try:
+            if os.stat(f).st_size <= off:
+                return  # nothing new (a file that shrank is read from where it was, as before: nothing)
+            with open(f, "rb") as fh:
+                fh.seek(off)
+                data = fh.read()
+        except FileNotFoundError:
+            return
+        end = len(data) if finished else data.rfind(b"\n") + 1  # a line still being written waits
+        self._offsets[f] = off + end  # first: a bad line below must never be read again
+        for line in data[:end].splitlines():
+            if line.strip():
+                try:
+                    ev = json.loads(line)
+                    key = split_internal_id(ev["req_id"])
+                except (ValueError, KeyError, TypeError, AttributeError):
+                    self.malformed_lines += 1  # counted, skipped: the responses go on
+                    continue
+                store[key] = ev  # TP ranks log the same event
 
     def pop(self, response_id: str, choice: int = 0) -> dict | None:
         """The exit event of one choice (consumed), or None."""
@@ -106,6 +127,23 @@ class ExitEventIndex:
         """The long-mode counts of one choice (consumed; call after `has_long` or `pop`), or None."""
         ev = self._long.pop((response_id, choice), None)
         return {k: v for k, v in ev.items() if k not in ("req_id", "time")} if ev is not None else None
+
+
+def _segments_oldest_first(names) -> list[tuple[str, bool]]:
+    """(file name, finished) in writing order: per writer stream by segment number, every segment but the
+    newest finished; a name that is no segment (a foreign file) is read, never deleted."""
+    streams: dict[tuple[str, int], list[tuple[int, str]]] = {}
+    out = []
+    for n in sorted(names):
+        seg = parse_segment(n)
+        if seg is None:
+            out.append((n, False))
+        else:
+            streams.setdefault(seg[:2], []).append((seg[2], n))
+    for segs in streams.values():
+        segs.sort()
+        out += [(n, i < len(segs) - 1) for i, (_, n) in enumerate(segs)]
+    return out
 
 
 def choice_telemetry(

@@ -13,6 +13,17 @@ at the engine's next step, just after the request's last output left the engine.
 
 Writing is best effort: the writer runs inside the model runner, so a full disk or an unwritable
 folder only counts `errors` (exposed as the `telemetry_errors` counter), never stops the engine.
+
+The files stay bounded (#43 item 6): each `<kind>-<pid>` stream is a series of segments,
+`<kind>-<pid>.jsonl` first, then `<kind>-<pid>.1.jsonl`, `.2`, ... A writer appends to its newest
+segment; when a line would take it past `$SPECEXIT_TELEMETRY_SEGMENT_BYTES` (default 1 MiB) it starts
+the next one and never touches the older one again. The reader that needs the events, the engine
+replica's `ExitEventIndex` (serve_app/telemetry.py), deletes a segment once it has read it to the end
+and a newer segment of the same stream exists, so nothing is deleted before it was read: one stream
+holds at most its current segment and the one before it while the replica keeps up. Without such a
+reader (an offline engine a test reads afterwards) the writer keeps the newest `KEEP_SEGMENTS` (8) and
+deletes older ones when it rolls: a bound that no live reader ever reaches (it would have to lag 7
+segments, thousands of events, behind).
 """
 
 from __future__ import annotations
@@ -20,6 +31,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
+import threading
 import time
 from pathlib import Path
 
@@ -30,22 +43,56 @@ EXITS = "exits"
 FALLBACKS = "fallbacks"
 LONG = "long"
 
+# A segment grows to about this many bytes before the writer starts the next one.
+SEGMENT_BYTES_ENV = "SPECEXIT_TELEMETRY_SEGMENT_BYTES"
+DEFAULT_SEGMENT_BYTES = 1 << 20
+KEEP_SEGMENTS = 8  # the writer's own bound: segments of one stream kept when no reader deletes them
+_SEGMENT = re.compile(r"^([a-z_]+)-(\d+)(?:\.(\d+))?\.jsonl$")
+
+
+def segment_name(kind: str, pid: int, seq: int) -> str:
+    """File name of segment `seq` of one writer process's `kind` stream (seq 0 keeps the old name)."""
+    return f"{kind}-{pid}.jsonl" if seq == 0 else f"{kind}-{pid}.{seq}.jsonl"
+
+
+def parse_segment(name: str) -> tuple[str, int, int] | None:
+    """(kind, pid, seq) of a segment's file name; None for any other name."""
+    m = _SEGMENT.match(name)
+    return (m.group(1), int(m.group(2)), int(m.group(3) or 0)) if m else None
+
+
+def segment_bytes_from_env() -> int:
+    try:
+        v = int(os.environ.get(SEGMENT_BYTES_ENV) or DEFAULT_SEGMENT_BYTES)
+    except ValueError:
+        v = DEFAULT_SEGMENT_BYTES
+    return max(v, 1)
+
+
+# The newest segment of each (folder, kind, pid) stream, shared by every writer in the process: two
+# writers of one stream (an engine restarted in the same process) must never write one segment each.
+_streams: dict[tuple[str, str, int], int] = {}
+_lock = threading.Lock()
+
 
 class EventWriter:
-    """Appends JSON lines to `<directory>/<kind>-<pid>.jsonl`; failures are counted, not raised."""
+    """Appends JSON lines to the newest segment of `<directory>/<kind>-<pid>` (see the module docstring);
+    failures are counted, not raised."""
 
-    def __init__(self, directory: str | None):
+    def __init__(self, directory: str | None, segment_bytes: int | None = None, keep_segments: int = KEEP_SEGMENTS):
         self.dir = directory
         self.errors = 0
+        self.segment_bytes = segment_bytes or segment_bytes_from_env()
+        self.keep_segments = max(keep_segments, 2)
+        self.rolls = 0
 
     def append(self, kind: str, event: dict) -> bool:
         if not self.dir:
             return False
         try:
-            line = json.dumps({**event, "time": event.get("time", time.time())}) + "\n"
-            os.makedirs(self.dir, exist_ok=True)
-            with open(os.path.join(self.dir, f"{kind}-{os.getpid()}.jsonl"), "a") as f:
-                f.write(line)
+            line = (json.dumps({**event, "time": event.get("time", time.time())}) + "\n").encode()
+            with _lock:
+                self._write(kind, line)
             return True
         except Exception as e:  # noqa: BLE001 -- OSError, bad values: nothing may reach the engine
             self.errors += 1
@@ -53,10 +100,49 @@ class EventWriter:
                 log.warning("specexit: telemetry write to %s failed (%d so far): %s", self.dir, self.errors, e)
             return False
 
+    def _write(self, kind: str, line: bytes) -> None:
+        os.makedirs(self.dir, exist_ok=True)
+        pid = os.getpid()
+        key = (self.dir, kind, pid)
+        seq = _streams.get(key)
+        if seq is None:  # this stream's first line in this process: go on from a segment already there
+            seq = self._newest(kind, pid)
+        path = os.path.join(self.dir, segment_name(kind, pid, seq))
+        try:
+            size = os.stat(path).st_size
+        except FileNotFoundError:
+            size = 0
+        rolled = size > 0 and size + len(line) > self.segment_bytes
+        if rolled:  # this segment is finished: nothing is written to it again
+            seq += 1
+            path = os.path.join(self.dir, segment_name(kind, pid, seq))
+        with open(path, "ab") as f:
+            f.write(line)
+        _streams[key] = seq
+        if rolled:
+            self.rolls += 1
+            self._prune(kind, pid, seq)
+
+    def _segments(self) -> list[tuple[str, int, int]]:
+        return [s for n in os.listdir(self.dir) if (s := parse_segment(n)) is not None]
+
+    def _newest(self, kind: str, pid: int) -> int:
+        return max((s for k, p, s in self._segments() if (k, p) == (kind, pid)), default=0)
+
+    def _prune(self, kind: str, pid: int, seq: int) -> None:
+        """Segments of this stream older than the newest `keep_segments` (a reader deletes them first)."""
+        for k, p, s in self._segments():
+            if (k, p) == (kind, pid) and s <= seq - self.keep_segments:
+                try:
+                    os.unlink(os.path.join(self.dir, segment_name(k, p, s)))
+                except FileNotFoundError:
+                    pass  # the reader was first
+
 
 def _read_events(directory: str | Path, kind: str) -> dict[str, dict]:
     events: dict[str, dict] = {}
-    for f in sorted(Path(directory).glob(f"{kind}-*.jsonl")):
+    files = Path(directory).glob(f"{kind}-*.jsonl")
+    for f in sorted(files, key=lambda f: (parse_segment(f.name) or (kind, -1, 0), f.name)):  # oldest first
         for line in f.read_text().splitlines():
             try:
                 ev = json.loads(line) if line.strip() else None
