@@ -224,6 +224,33 @@ def cmd_bench_serve(args: argparse.Namespace) -> int:
     return bench_main(cfg, as_json=args.json, extra=provenance(), output=args.output)
 
 
+def soak_config(args: argparse.Namespace):
+    """The `bench soak` options given on the command line over SoakConfig's defaults (validated here,
+    before any cluster starts)."""
+    from serve_app.soak import SoakConfig
+    from specexit_core.typed_config import load_config
+
+    fields = SoakConfig.model_fields
+    over = {k: v for k, v in vars(args).items() if k in fields and v is not None}
+    if args.kinds is not None:
+        over["kinds"] = csv(args.kinds, str.strip)
+    return load_config(SoakConfig, raw={}, overrides=over, what="bench soak")
+
+
+def cmd_bench_soak(args: argparse.Namespace) -> int:
+    from pipelines.common.provenance import provenance
+    from specexit_core.typed_config import ConfigError
+
+    try:
+        cfg = soak_config(args)
+    except ConfigError as e:
+        print(f"specexit bench soak: {e}", file=sys.stderr)
+        return 2
+    from serve_app.soak_run import main as bench_main
+
+    return bench_main(cfg, as_json=args.json, extra=provenance(), output=args.output)
+
+
 def cmd_long_writer_build(args: argparse.Namespace) -> int:
     from specexit_core.teachers.long_writer import LONG_WRITER_DIR
     from specexit_core.teachers.long_writer_build import build, build_shipped, load_recipe
@@ -608,6 +635,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bs.add_argument("--output", help="also write the raw JSON (with command, commit, machine, date) here")
     bs.set_defaults(func=cmd_bench_serve)
+    bo = be.add_parser(
+        "soak",
+        help="the Serve app (toy, 2 replicas) under mixed traffic for N minutes: memory growth after warm-up, "
+        "p99 latency drift, 5xx, telemetry folder size (serve_app/soak.py: the verdicts)",
+    )
+    # unset options keep SoakConfig's defaults (serve_app/soak.py: their one home)
+    bo.add_argument("--minutes", type=float, required=True, help="traffic time, fractions allowed (CI: 0.5)")
+    bo.add_argument("--json", action="store_true", help="end with one JSON line {pass, memory_growth, p99_ratio, ...}")
+    bo.add_argument("--concurrency", type=int, help="clients sending one request after the other (default 8)")
+    bo.add_argument("--replicas", type=int, help="engine replicas, autoscaling min = max (default 2)")
+    bo.add_argument("--max-tokens", type=int, help="tokens per request at most (default 300)")
+    bo.add_argument("--sample-s", type=float, help="memory / telemetry sampling interval (default T/60 in [0.5, 5] s)")
+    bo.add_argument("--telemetry-segment-bytes", type=int, help="the app's telemetry segment cap (default 16384)")
+    bo.add_argument("--num-cpus", type=int, help="logical CPUs of the local Ray cluster (default 8)")
+    bo.add_argument("--kinds", help="comma-separated subset of the traffic kinds (default all, serve_app/soak.py)")
+    bo.add_argument("--output", help="also write the JSON (indented, with command, commit, machine, date) here")
+    bo.set_defaults(func=cmd_bench_soak)
 
     lw = sub.add_parser("long-writer", help="the built-in teacher that writes 16K+ checkable tokens").add_subparsers(
         dest="long_writer_cmd", required=True
