@@ -106,10 +106,11 @@ def work(tmp_path_factory):
         "labels": {
             "input": str(d / "traces"),
             "output": str(d / "labels"),
-            "chunk_rows": 2,
             "grader": "toy",
             "probe_max_tokens": 6,
-            "engine": ENGINE,
+            # a row per part: labeling is fast, and the node must die with parts still to write
+            "chunk_rows": 1,
+            "engine": {**ENGINE, "batch_size": 1},
         },
         "train_draft": {
             "input": str(d / "labels"),
@@ -204,6 +205,7 @@ def _drill(cluster: Cluster, stage: str, work: Path, spare: str) -> dict:
         "victim": victim,
         "engines_before": dict(engines),
         "parts_before_loss": parts_before,
+        "parts_total": len(list(out.glob("part-*.parquet"))),
         "lost_s": round(lost_s, 1),
         "resubmitted": resubmitted,
         "seconds": round(time.time() - t0, 1),
@@ -221,7 +223,7 @@ def _check_exactly_once(out: Path, d: dict) -> None:
     assert not d["watcher"].bad, d["watcher"].bad  # no visible part was ever partial
     s = d["summary"]
     assert s["complete"] and s["input_rows"] == N_ROWS == s["ok"] + s["errors"] and s["duplicates"] == 0
-    assert 0 < d["parts_before_loss"] < N_ROWS // 2  # the node died mid-job, parts still to write
+    assert 0 < d["parts_before_loss"] < d["parts_total"]  # the node died mid-job, parts still to write
     print(
         f"\n[{s['stage']}] lost node {d['victim']} (engines {d['engines_before']}) after {d['parts_before_loss']} "
         f"parts; GCS saw it dead in {d['lost_s']} s; resubmitted: {d['resubmitted']}; job {d['seconds']} s; "
@@ -315,15 +317,29 @@ N_REQUESTS, CONCURRENCY, KILL_AFTER = 300, 16, 60  # the node dies once KILL_AFT
 MAX_TRIES = 8  # a client that retries on 503 / a stream's error event; more tries than that is a finding
 
 
-def _serve_args() -> dict:
+def _serve_args(kv_dir: Path) -> dict:
+    from specexit_core.kv_cache.settings import kv_transfer_config
     from specexit_core.vllm_env import engine_cores_bind
     from support.serve import toy_model_args
 
+    engine = {
+        "enable_prefix_caching": True,
+        "block_size": 32,
+        # the KV tier every replica shares (a directory standing in for shared storage); blocks are written
+        # as the replicas compute them, so the lost node dies mid-write
+        "kv_transfer_config": kv_transfer_config(str(kv_dir), host_bytes=64 << 20),
+    }
     return {
         "model": toy_model_args(
-            SERVE_MODEL, max_num_seqs=16, seed=0, cpu={"kv_cache_gib": 1, "omp_threads_bind": engine_cores_bind()}
+            SERVE_MODEL,
+            max_num_seqs=16,
+            seed=0,
+            engine_kwargs=engine,
+            cpu={"kv_cache_gib": 1, "omp_threads_bind": engine_cores_bind()},
         ),
         "autoscaling": {"min_replicas": 2, "max_replicas": 2},
+        # a prompt goes where its prefix's blocks are, unless the queues differ by more than 4 (the load)
+        "routing": {"policy": "prefix_aware", "imbalanced_threshold": 4},
         "backpressure": {"max_ongoing_requests": 16, "max_queued_requests": 32, "retry_after_s": 1},
         "health": {"period_s": 1, "timeout_s": 10},
         "request_timeout_s": 60,
@@ -336,6 +352,52 @@ def _body(i: int) -> dict:
     return {"model": SERVE_MODEL, "messages": [{"role": "user", "content": prompt}], "max_tokens": 48, "temperature": 0}
 
 
+def _prefix() -> str:
+    """224 tokens (7 KV blocks) of toy problems: the long start several requests share."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(TEACHER_DIR))
+    ids = tok("\n".join(p.prompt for p in problems("test", 60, seed=5)))["input_ids"][:224]
+    return tok.decode(ids)
+
+
+def _shared_prefix_group(url: str, prefix: str) -> list[str]:
+    """4 greedy requests sharing `prefix`, one after the other (only the prefix decides the route)."""
+    import httpx
+
+    out = []
+    for q in ("1 + 2", "3 * 4", "9 - 5", "6 + 6"):
+        body = {"model": SERVE_MODEL, "messages": [{"role": "user", "content": f"{prefix}\n{q}"}], "max_tokens": 16}
+        r = httpx.post(url + "/v1/chat/completions", json={**body, "temperature": 0}, timeout=60)
+        assert r.status_code == 200, r.text
+        out.append(r.json()["choices"][0]["message"]["content"])
+    return out
+
+
+def _cache_stats() -> dict[str, dict]:
+    """Each running engine replica's prefix-cache counters, by replica id (Serve's, in the actor's name)."""
+    from serve_app.ray_llm import call_every_replica
+
+    return {
+        s["replica"]: s["prefix_cache"]
+        for s in call_every_replica(f"SpecExitLLMServer:{SERVE_MODEL}", "drill", "specexit_stats")
+    }
+
+
+def _node_of_replica(cluster: Cluster, replica_id: str) -> str | None:
+    from ray.util.state import list_actors
+
+    alive = list_actors(address=cluster.address, filters=[("state", "=", "ALIVE")], limit=1000)
+    return next((cluster.node_of(a.node_id) for a in alive if a.name and a.name.endswith(replica_id)), None)
+
+
+def _actor_nodes(cluster: Cluster, class_name: str) -> set[str]:
+    from ray.util.state import list_actors
+
+    alive = list_actors(address=cluster.address, filters=[("state", "=", "ALIVE")], limit=1000)
+    return {cluster.node_of(a.node_id) or "head" for a in alive if class_name in a.class_name}
+
+
 def _replica_nodes(cluster: Cluster) -> collections.Counter:
     from ray.util.state import list_actors
 
@@ -344,7 +406,12 @@ def _replica_nodes(cluster: Cluster) -> collections.Counter:
 
 
 @pytest.fixture(scope="module")
-def serving(cluster):
+def kv_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("kvtier")
+
+
+@pytest.fixture(scope="module")
+def serving(cluster, kv_dir):
     import ray
     from ray import serve
 
@@ -360,7 +427,7 @@ def serving(cluster):
     ray.init(address=cluster.gcs_address, log_to_driver=False)
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port, "location": "HeadOnly"})
-        serve.run(build_app(_serve_args()), name="drill", blocking=False)
+        serve.run(build_app(_serve_args(kv_dir)), name="drill", blocking=False)
         wait_running(["drill"], 300)
         url = f"http://127.0.0.1:{port}"
         wait_generating(url, _body(0), None, 240)
@@ -422,6 +489,17 @@ def test_serving_loses_a_worker_node(cluster, serving):
 
     replicas = _replica_nodes(cluster)
     assert sorted(n for n in replicas.elements()) == ["s1", "s2"], replicas  # one replica per worker node
+    # a shared prefix lands on one replica (prefix-aware routing), which writes its blocks to the KV tier:
+    # that replica's node is the one lost
+    prefix, before = _prefix(), _cache_stats()
+    answers = _shared_prefix_group(serving, prefix)
+    after = _cache_stats()
+    (holder,) = [r for r in after if after[r]["hits"] > before[r]["hits"]]
+    victim = _node_of_replica(cluster, holder)
+    assert victim in ("s1", "s2"), victim
+    # the prefix router's tree sits on the head (serve_app/routing.py): on a worker node, losing that node
+    # left every request waiting for its deadline (503), for good
+    assert _actor_nodes(cluster, "PrefixTreeActor") == {"head"}
     models, done, lost = [], [], {}
 
     async def load():
@@ -445,7 +523,6 @@ def test_serving_loses_a_worker_node(cluster, serving):
             async def lose_a_node():
                 while len(done) < KILL_AFTER:
                     await asyncio.sleep(0.05)
-                victim = next(n for n in _replica_nodes(cluster) if n)
                 lost.update(victim=victim, at=time.time(), answered_before=len(done))
                 lost["gcs_dead_s"] = await asyncio.to_thread(cluster.lose, victim)
 
@@ -468,6 +545,24 @@ def test_serving_loses_a_worker_node(cluster, serving):
     hit = sum(1 for r in results if len(r["attempts"]) > 1)
     assert hit >= 1  # the loss did cut requests in flight (else the drill proved nothing)
     assert models and all(s == 200 for s in models), collections.Counter(map(str, models))
+
+    # the shared prefix again, now on the surviving replica: its blocks come from the KV tier the lost replica
+    # wrote (external hits), and the answers are the same as before the loss
+    t_kv = time.time()
+    while True:  # until Serve lists only the survivor (a call to the dead replica fails meanwhile)
+        try:
+            before = _cache_stats()
+            if len(before) == 1:
+                break
+        except Exception:  # noqa: BLE001 -- the dead replica still listed
+            pass
+        assert time.time() - t_kv < 120, "Serve still lists the lost replica"
+        time.sleep(1)
+    assert _shared_prefix_group(serving, prefix) == answers
+    after = _cache_stats()
+    ((survivor, stats),) = after.items()
+    external = stats["external_hits"] - before[survivor]["external_hits"]
+    assert external >= 6 * 32, (before, after)  # at least the prefix's first 6 blocks, loaded from the tier
 
     # capacity returns: a node joins and Serve places the lost replica there
     t_join = time.time()
@@ -492,5 +587,26 @@ def test_serving_loses_a_worker_node(cluster, serving):
         "models_polls": len(models),
         "seconds": round(seconds, 1),
         "replica_placed_again_after_join_s": round(wait_s, 1),
+        "shared_prefix_tokens_from_kv_tier_on_survivor": external,
     }
     print("\nDRILL serving " + json.dumps(summary))
+
+
+def test_kv_tier_blocks_read_back_whole_after_the_loss(serving, kv_dir):
+    """Every block file the replicas wrote, the lost one's included, reads back whole (header, length,
+    checksum); what the dead writer left half-written is a temp file no reader looks at."""
+    from specexit_core.kv_cache import block_file
+    from specexit_core.kv_cache.directory_tier import SUFFIX
+
+    blocks = sorted(kv_dir.rglob(f"*{SUFFIX}"))
+    bad = []
+    for f in blocks:
+        try:
+            block_file.decode(f.read_bytes())
+        except block_file.CorruptBlock as e:
+            bad.append(f"{f.name}: {e}")
+    leftovers = [f.name for f in kv_dir.rglob(".*.tmp")]
+    assert len(blocks) >= 7 and not bad, (len(blocks), bad[:5])
+    print(
+        f"\nDRILL kv_tier {json.dumps({'blocks': len(blocks), 'corrupt': len(bad), 'temp_files_left': len(leftovers)})}"
+    )

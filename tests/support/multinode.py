@@ -109,7 +109,7 @@ class MultiNodeCluster(LocalHead):
         import psutil
 
         node = self.nodes[name]
-        raylet = [p for p in self._procs() if f"--node_manager_port={node.manager_port}" in " ".join(p.cmdline())]
+        raylet = [p for p in self._procs() if f"--node_manager_port={node.manager_port}" in _cmdline(p)]
         assert len(raylet) == 1, f"no single raylet for node {name}: {raylet}"
         victims = [raylet[0], *raylet[0].children(recursive=True)]
         t0 = time.time()
@@ -131,7 +131,7 @@ class MultiNodeCluster(LocalHead):
             chain = [psutil.Process(pid), *psutil.Process(pid).parents()]
         except psutil.NoSuchProcess:
             return None
-        cmdlines = [" ".join(p.cmdline()) for p in chain]
+        cmdlines = [_cmdline(p) for p in chain]
         return next(
             (n.name for n in self.nodes.values() for c in cmdlines if f"--node_manager_port={n.manager_port}" in c),
             None,
@@ -152,6 +152,16 @@ class MultiNodeCluster(LocalHead):
                     return n["node_id"]
             time.sleep(0.5)
         raise TimeoutError("no node matched within the timeout")
+
+
+def _cmdline(p) -> str:
+    """A process's command line, "" once it has exited (workers come and go while a node is searched)."""
+    import psutil
+
+    try:
+        return " ".join(p.cmdline())
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return ""
 
 
 @contextmanager

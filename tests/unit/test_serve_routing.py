@@ -237,3 +237,28 @@ def test_ray_counters_are_named_and_tagged_by_model_and_replica(monkeypatch):
     rc.add("hits", 128)
     assert set(made) == set(METRICS) and all(c.tag_keys == ("model", "replica") for c in made.values())
     assert made["specexit_prefix_cache_hits"].incs == [(128, {"model": "m", "replica": "r1"})]
+
+
+def test_a_lost_prefix_tree_routes_by_load_instead_of_stalling(monkeypatch):
+    """The prefix tree's actor dead (its node lost): the router gives no preference, so Serve routes the
+    request by load (power of two), and a routed request's tree update is skipped, never raised into
+    Serve's routing task (which would retry the request until its deadline). The real loss:
+    tests/integration/test_node_loss.py."""
+    from ray.exceptions import RayActorError
+    from ray.serve.llm.request_router import PrefixCacheAffinityRouter
+
+    from serve_app.routing import SpecExitPrefixRouter, tree_namespace
+
+    async def dead_match(self, pending_request, candidate_replicas):
+        raise RayActorError()
+
+    def dead_insert(self, pending_request, replica_id, result):
+        raise RayActorError()
+
+    monkeypatch.setattr(PrefixCacheAffinityRouter, "_prefix_match_best_replicas", dead_match)
+    monkeypatch.setattr(PrefixCacheAffinityRouter, "on_request_routed", dead_insert)
+    router = object.__new__(SpecExitPrefixRouter)  # no Serve around it: only the two overrides run
+    assert asyncio.run(router._prefix_match_best_replicas(None, ["r1", "r2"])) == [[]]
+    router.on_request_routed(None, "r1", None)  # no exception
+    dep = types.SimpleNamespace(app_name="drill", name="SpecExitLLMServer:m")
+    assert tree_namespace(dep) == "serve::drill::SpecExitLLMServer:m" and tree_namespace(None) == "serve"
