@@ -15,6 +15,7 @@ health checks fail (`health_check_*` below: seconds here, 30 s by default).
         c.submit(...)            # `ray job submit` to the head
         c.lose("b")              # SIGKILL node b; returns once the GCS has marked it dead
         c.add_node("c", 2)       # capacity returns
+        c.restart_head()         # the head lost and restarted (the job table with it)
 """
 
 from __future__ import annotations
@@ -122,6 +123,26 @@ class MultiNodeCluster(LocalHead):
         node.alive = False
         self._wait_node(lambda n: n["node_id"] == node.node_id and n["state"] == "DEAD", timeout)
         return time.time() - t0
+
+    def restart_head(self) -> None:
+        """The head is lost and a new one starts in its place, as a head pod restarts without GCS fault
+        tolerance: SIGKILL to every process of the cluster (the worker nodes' too: without their GCS they
+        stop serving and exit after Ray's reconnect timeout anyway), then a fresh head on new ports with
+        the same temp root. Worker nodes join again with `add_node`."""
+        import psutil
+
+        procs = self._procs()
+        for p in procs:
+            try:
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
+        psutil.wait_procs(procs, timeout=15)
+        for n in self.nodes.values():
+            n.alive = False
+        self.gcs, self.dash, self.client = free_ports(3)
+        self.address, self.gcs_address = f"http://127.0.0.1:{self.dash}", f"127.0.0.1:{self.gcs}"
+        self.start()
 
     def node_of_pid(self, pid: int) -> str | None:
         """The worker node whose raylet runs process `pid` (None: the head, or no such process)."""
