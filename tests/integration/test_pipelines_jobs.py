@@ -29,6 +29,7 @@ from specexit_core.toy.task import problems
 from support.cli import output_json, run_json
 from support.cli import run as run_cmd
 from support.ray_head import LocalHead, retry_no_agent
+from support.ray_train import registered_checkpoint
 from support.runbook import job_commands, stage_of
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow(minutes=11)]
@@ -39,7 +40,7 @@ TEACHER = os.environ.get("SPECEXIT_TEST_TEACHER", str(TEACHER_DIR))
 
 
 class Cluster(LocalHead):
-    """A private Ray head (tests/support/ray_head.py) plus the `ray job submit` calls these tests make (and waits on its job API)."""
+    """A private Ray head (tests/support/ray_head.py: its job API too) plus the `ray job submit` calls these tests make."""
 
     def submit(
         self,
@@ -66,25 +67,6 @@ class Cluster(LocalHead):
             args.append("--no-wait")
         args += ["--", "python", "-m", f"pipelines.{stage}", "--config", str(config), *extra]
         return retry_no_agent(lambda: self.ray(*args))
-
-    # Waiting on a job polls the dashboard's job API in this process (Ray's JobSubmissionClient): the
-    # `ray job status` CLI was a Python process importing Ray every 2 s (~1.3 CPU-s each, #38).
-    def jobs(self):
-        from ray.job_submission import JobSubmissionClient
-
-        return JobSubmissionClient(self.address)
-
-    def logs(self, job_id: str) -> str:
-        return self.jobs().get_job_logs(job_id)
-
-    def wait(self, job_id: str, timeout: float = 600) -> str:
-        client, t0 = self.jobs(), time.time()
-        while time.time() - t0 < timeout:
-            s = str(client.get_job_status(job_id))
-            if s in ("SUCCEEDED", "FAILED", "STOPPED"):
-                return s
-            time.sleep(2)
-        raise TimeoutError(job_id)
 
 
 @pytest.fixture(scope="module")
@@ -286,15 +268,6 @@ def _events(work) -> list[dict]:
     return [json.loads(x) for x in p.read_text().splitlines()] if p.exists() else []
 
 
-def _registered_checkpoint(run: Path) -> str | None:
-    try:
-        snap = json.loads((run / "checkpoint_manager_snapshot.json").read_text())
-    except (OSError, ValueError):
-        return None
-    latest = snap.get("latest_checkpoint_result")
-    return latest and latest.get("checkpoint_dir_name")
-
-
 def test_train_job_survives_a_killed_worker(cluster, work):
     job = f"train-{os.getpid()}"
     r = cluster.submit("train_draft", work / "train_draft.yaml", wait=False, job_id=job)
@@ -303,7 +276,7 @@ def test_train_job_survives_a_killed_worker(cluster, work):
     t0 = time.time()
     # A checkpoint counts once the Ray Train controller has registered it (its snapshot on storage
     # names it); one reported a moment before a crash may not be, and the run restarts earlier.
-    while _registered_checkpoint(run) is None:
+    while registered_checkpoint(run) is None:
         assert time.time() - t0 < 300, cluster.logs(job)[-4000:]
         time.sleep(0.25)
     os.kill(int((run / "worker-1.pid").read_text()), signal.SIGKILL)  # a training worker dies mid-run

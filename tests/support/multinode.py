@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from support.paths import VENV_BIN
 from support.ports import free_ports
-from support.ray_head import LocalHead, head_args
+from support.ray_head import LocalHead, head_args, node_port_args
 
 # The GCS declares a node dead after `failure_threshold` missed checks `period_ms` apart (Ray's
 # defaults: 5 x 3 s after a 5 s grace, and a 10 s timeout each, ~30 s): a drill should not spend
@@ -67,7 +67,7 @@ class MultiNodeCluster(LocalHead):
     def add_node(self, name: str, num_cpus: int) -> WorkerNode:
         """Start worker node `name` (`num_cpus` logical CPUs, resource `node_<name>: 1`); returns once the
         GCS lists it alive."""
-        port, obj, agent, agent_grpc, env_agent, metrics = free_ports(6)
+        ports, port = node_port_args()
         args = [
             "start",
             "--address",
@@ -78,18 +78,7 @@ class MultiNodeCluster(LocalHead):
             str(num_cpus),
             "--resources",
             json.dumps({f"node_{name}": 1}),
-            "--node-manager-port",
-            str(port),
-            "--object-manager-port",
-            str(obj),
-            "--dashboard-agent-listen-port",
-            str(agent),
-            "--dashboard-agent-grpc-port",
-            str(agent_grpc),
-            "--runtime-env-agent-port",
-            str(env_agent),
-            "--metrics-export-port",
-            str(metrics),
+            *ports,
             "--object-store-memory",
             str(400 * 1024**2),
             "--disable-usage-stats",
@@ -107,18 +96,13 @@ class MultiNodeCluster(LocalHead):
     def lose(self, name: str, timeout: float = 60) -> float:
         """SIGKILL node `name`'s raylet and every process under it at once; return the seconds until the
         GCS marked it dead."""
-        import psutil
 
         node = self.nodes[name]
         raylet = [p for p in self._procs() if f"--node_manager_port={node.manager_port}" in _cmdline(p)]
         assert len(raylet) == 1, f"no single raylet for node {name}: {raylet}"
         victims = [raylet[0], *raylet[0].children(recursive=True)]
         t0 = time.time()
-        for p in victims:
-            try:
-                p.kill()
-            except psutil.NoSuchProcess:
-                pass
+        _sigkill(victims)
         node.pids_killed = [p.pid for p in victims]
         node.alive = False
         self._wait_node(lambda n: n["node_id"] == node.node_id and n["state"] == "DEAD", timeout)
@@ -132,11 +116,7 @@ class MultiNodeCluster(LocalHead):
         import psutil
 
         procs = self._procs()
-        for p in procs:
-            try:
-                p.kill()
-            except psutil.NoSuchProcess:
-                pass
+        _sigkill(procs)
         psutil.wait_procs(procs, timeout=15)
         for n in self.nodes.values():
             n.alive = False
@@ -173,6 +153,17 @@ class MultiNodeCluster(LocalHead):
                     return n["node_id"]
             time.sleep(0.5)
         raise TimeoutError("no node matched within the timeout")
+
+
+def _sigkill(procs) -> None:
+    """SIGKILL every process at once (no drain, no graceful shutdown), skipping those already gone."""
+    import psutil
+
+    for p in procs:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
 
 
 def _cmdline(p) -> str:

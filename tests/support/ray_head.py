@@ -17,11 +17,25 @@ import time
 from collections.abc import Callable
 
 from support.paths import REPO_ROOT, VENV_BIN
-from support.ports import free_port, free_ports
+from support.ports import free_ports
+
+
+def node_port_args() -> tuple[list[str], int]:
+    """A node's own ports (agents, metrics, node and object managers) as `ray start` flags, every one
+    distinct and free, and the node manager's port (it names the node's raylet)."""
+    agent, agent_grpc, env_agent, metrics, manager, objects = free_ports(6)
+    ports = {
+        "--dashboard-agent-listen-port": agent,
+        "--dashboard-agent-grpc-port": agent_grpc,
+        "--runtime-env-agent-port": env_agent,
+        "--metrics-export-port": metrics,
+        "--node-manager-port": manager,
+        "--object-manager-port": objects,
+    }
+    return [x for flag, port in ports.items() for x in (flag, str(port))], manager
 
 
 def head_args(*, gcs: int, client: int, dash: int, tmp: str, num_cpus: int = 8) -> list[str]:
-    agent, agent_grpc, env_agent, metrics, manager, objects = free_ports(6)
     return [
         "start",
         "--head",
@@ -35,18 +49,7 @@ def head_args(*, gcs: int, client: int, dash: int, tmp: str, num_cpus: int = 8) 
         "127.0.0.1",
         "--dashboard-port",
         str(dash),
-        "--dashboard-agent-listen-port",
-        str(agent),
-        "--dashboard-agent-grpc-port",
-        str(agent_grpc),
-        "--runtime-env-agent-port",
-        str(env_agent),
-        "--metrics-export-port",
-        str(metrics),
-        "--node-manager-port",
-        str(manager),
-        "--object-manager-port",
-        str(objects),
+        *node_port_args()[0],
         "--num-cpus",
         str(num_cpus),
         "--object-store-memory",
@@ -65,7 +68,7 @@ class LocalHead:
 
     def __init__(self, prefix: str = "rayt"):
         self.tmp = tempfile.mkdtemp(prefix=prefix, dir="/tmp")  # short: Ray's socket paths are length-limited
-        self.gcs, self.dash, self.client = free_port(), free_port(), free_port()
+        self.gcs, self.dash, self.client = free_ports(3)
         self.address = f"http://127.0.0.1:{self.dash}"
         self.env = dict(
             os.environ,
@@ -85,6 +88,26 @@ class LocalHead:
         return subprocess.run(
             [str(VENV_BIN / "ray"), *args], env=self.env, capture_output=True, text=True, timeout=timeout, cwd=REPO_ROOT
         )
+
+    # Waiting on a job polls the dashboard's job API in this process (Ray's JobSubmissionClient): the
+    # `ray job status` CLI was a Python process importing Ray every 2 s (~1.3 CPU-s each, #38).
+    def jobs(self):
+        from ray.job_submission import JobSubmissionClient
+
+        return JobSubmissionClient(self.address)
+
+    def logs(self, job_id: str) -> str:
+        return self.jobs().get_job_logs(job_id)
+
+    def wait(self, job_id: str, timeout: float = 600) -> str:
+        """The job's final status (SUCCEEDED, FAILED or STOPPED)."""
+        client, t0 = self.jobs(), time.time()
+        while time.time() - t0 < timeout:
+            s = str(client.get_job_status(job_id))
+            if s in ("SUCCEEDED", "FAILED", "STOPPED"):
+                return s
+            time.sleep(1)
+        raise TimeoutError(job_id)
 
     def _procs(self):
         import psutil

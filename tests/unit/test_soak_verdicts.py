@@ -214,3 +214,15 @@ def test_process_roles_by_title():
     assert role_of(8, 7, ["/x/ray/core/src/ray/gcs/gcs_server", "--log_dir=/tmp"]) == "gcs"
     assert role_of(8, 7, ["python", "-u", "agent.py", "--raylet-name=x"]) == "ray"  # not the raylet
     assert role_of(8, 7, ["ray::IDLE"]) == "idle_worker"
+
+
+def test_the_progress_line_counts_5xx_apart_from_other_failures():
+    from serve_app.soak import Result
+    from serve_app.soak_run import progress_line
+
+    rs = [
+        Result("specexit_on", 1.0, 0.5, 200, True),
+        Result("stream_on", 2.0, 0.5, 503, False, problem="5xx"),
+        Result("long", 3.0, 0.5, 400, False, problem="4xx"),
+    ]
+    assert progress_line(rs, 60.0, 1200.0) == "soak: 1.0 / 20 min, 3 requests (0.1/s), 1 5xx, 1 failed otherwise"
