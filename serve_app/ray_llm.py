@@ -45,10 +45,13 @@ Why each private name is needed:
   `serve deploy` / KubeRay do with one `applications` entry (import the builder, call it with its
   `args`, flatten the application), in `build_like_serve_run`; the KubeRay test builds
   serveConfigV2 this way, without a cluster. Imported on call: the app itself never needs them.
-* `broadcast` (`ray.llm._internal.serve.utils.broadcast`): calls a method on every running replica of a
-  deployment, in `call_every_replica` (per-replica `specexit_stats`, e.g. where prefix routing sent
-  requests; a handle call reaches one replica of the router's choosing). Imported on call. One call
-  is routed through the handle first, so that its request router is built on the router's loop.
+* The controller's `get_serve_instance_details` (what `serve status` shows), `RequestMetadata`
+  (`ray.serve._private.common`) and a replica actor's `handle_request` (what `ray.llm`'s `broadcast`
+  sends): `call_every_replica` calls a method on every running replica of a deployment (per-replica
+  `specexit_stats`, e.g. where prefix routing sent requests; a handle call reaches one replica of the
+  router's choosing). Imported on call. It uses no handle:
+  a handle's router in the calling process waits for the controller's config long-poll, and once in a
+  CI run (the node-loss drill, under load) its first call waited forever with every replica alive.
 """
 
 from __future__ import annotations
@@ -119,18 +122,29 @@ def build_like_serve_run(app_cfg: dict):
     return build_serve_app(app, name=app_cfg["name"])
 
 
-def call_every_replica(deployment: str, app: str, method: str) -> list:
+def call_every_replica(deployment: str, app: str, method: str, timeout_s: float = 60) -> list:
     """`method()` of every running replica of one deployment of a running Serve app, one answer per
-    replica (Ray Serve LLM's `broadcast`). Needs `ray.init` to that cluster. For read-only methods
-    (e.g. `specexit_stats`): one replica of the router's choosing runs it one extra time first."""
-    from ray import serve
-    from ray.llm._internal.serve.utils.broadcast import broadcast
+    replica (as Ray Serve LLM's `broadcast`), within `timeout_s` (`ray.exceptions.GetTimeoutError` past
+    it). Running: as the Serve controller lists them (`serve status`); a replica lost with its node a
+    moment ago may still be listed, and its call fails (`RayActorError`). Needs `ray.init` to that
+    cluster."""
+    import pickle
+    import uuid
 
-    handle = serve.get_deployment_handle(deployment, app_name=app)
-    # One routed call first: it builds the handle's request router on the router's own event loop.
-    # Left to `broadcast`, Ray 2.60 builds it lazily in this thread, and with the replicas already
-    # known its `update_replicas` schedules a probe on `asyncio.get_running_loop()`: "no running
-    # event loop" (every time with a custom router such as prefix_aware, whose config long-poll
-    # arrives after the replicas).
-    getattr(handle, method).remote().result()
-    return broadcast(handle, method)
+    import ray
+    from ray.serve._private.common import RequestMetadata
+    from ray.serve._private.constants import SERVE_CONTROLLER_NAME, SERVE_NAMESPACE
+
+    controller = ray.get_actor(SERVE_CONTROLLER_NAME, namespace=SERVE_NAMESPACE)
+    details = ray.get(controller.get_serve_instance_details.remote(), timeout=timeout_s)
+    replicas = details["applications"][app]["deployments"][deployment]["replicas"]
+    refs = []
+    for name in [r["actor_name"] for r in replicas if r["state"] == "RUNNING"]:
+        try:
+            actor = ray.get_actor(name, namespace=SERVE_NAMESPACE)
+        except ValueError:  # gone since it was listed
+            continue
+        request_id = f"call-every-replica-{uuid.uuid4()}"
+        meta = RequestMetadata(request_id=request_id, internal_request_id=request_id, call_method=method)
+        refs.append(actor.handle_request.remote(pickle.dumps(meta)))
+    return ray.get(refs, timeout=timeout_s)

@@ -1,9 +1,11 @@
 """`call_every_replica` (serve_app/ray_llm.py) on a real Serve deployment behind the prefix router:
-every running replica answers, once each, every time. Ray 2.60's `broadcast` alone built the handle's
-custom request router in the caller's thread, where its `update_replicas` found no running event loop
-("no running event loop", every call here, and the prefix-routing test's first read in CI)."""
+every running replica answers, once each, every time, and a replica that does not answer within the
+deadline is an error, not a wait. (It used a handle once: Ray 2.60's `broadcast` built the handle's
+custom request router in the caller's thread, "no running event loop"; a routed call first cured
+that, and then waited forever once in CI with every replica alive.)"""
 
 import os
+import time
 
 import pytest
 import ray
@@ -25,6 +27,9 @@ class Pid:
     def pid(self) -> int:
         return os.getpid()
 
+    def slow(self) -> None:
+        time.sleep(3)
+
 
 @pytest.fixture(scope="module")
 def app():
@@ -42,3 +47,8 @@ def test_every_replica_answers_once_through_a_fresh_handle_each_time(app):
     for pids in answers:
         assert len(pids) == 2 and len(set(pids)) == 2, pids
     assert {frozenset(p) for p in answers} == {frozenset(answers[0])}
+
+
+def test_a_replica_past_the_deadline_is_an_error(app):
+    with pytest.raises(ray.exceptions.GetTimeoutError):
+        call_every_replica("Pid", app, "slow", timeout_s=0.5)
