@@ -27,7 +27,11 @@ def test_a_short_soak_runs_every_kind_and_says_it_is_too_short():
     for kind in KINDS:
         row = res["kinds"][kind]
         assert row["sent"] > 0 and row["ok"] == row["sent"], (kind, row)
-    assert all(res["kinds"]["effort"]["levels"][lv] > 0 for lv in EFFORTS), res["kinds"]["effort"]
+    # the effort requests take the levels in turn: on a slow machine 15 s may send fewer than there are levels
+    effort = res["kinds"]["effort"]
+    assert [lv for lv in EFFORTS if effort["levels"].get(lv)] == list(EFFORTS[: min(effort["sent"], len(EFFORTS))]), (
+        effort
+    )
     assert res["errors_5xx"] == 0 and res["errors_other"] == 0
     assert res["verdicts"]["errors_5xx"]["pass"] is True
     # too short to judge: no pass claimed
