@@ -125,7 +125,8 @@ async def bench_endpoint(url: str, model: str, chat_prompts: list[str], levels: 
     return out
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1 (the benches' Serve endpoints)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -164,7 +165,7 @@ def main(argv=None) -> dict:
 
     from serve_app.proxy_readiness import patient_proxy_readiness
 
-    port = _free_port()
+    port = free_port()
     patient_proxy_readiness()
     ray.init(address="local", num_cpus=a.num_cpus, include_dashboard=False, log_to_driver=False)  # its own cluster
     try:

@@ -49,9 +49,9 @@ Why each private name is needed:
   (`ray.serve._private.common`) and a replica actor's `handle_request` (what `ray.llm`'s `broadcast`
   sends): `call_every_replica` calls a method on every running replica of a deployment (per-replica
   `specexit_stats`, e.g. where prefix routing sent requests; a handle call reaches one replica of the
-  router's choosing). Imported on call. It uses no handle:
-  a handle's router in the calling process waits for the controller's config long-poll, and once in a
-  CI run (the node-loss drill, under load) its first call waited forever with every replica alive.
+  router's choosing). Imported on call. It uses no handle: the routed handle call it made first (for
+  `broadcast`'s sake) once waited forever in a CI run (the node-loss drill, under load), every replica
+  alive and the router's event loop idle; the cause inside Ray was not found.
 """
 
 from __future__ import annotations

@@ -16,13 +16,13 @@ import json
 import logging
 import os
 import shutil
-import socket
 import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
+from serve_app.bench import free_port
 from serve_app.proxy_readiness import patient_proxy_readiness
 from serve_app.serve_bench import ROLE_MARKERS
 from serve_app.soak import (
@@ -212,12 +212,6 @@ def progress_line(results: list[Result], elapsed_s: float, traffic_s: float) -> 
 
 
 # -- the cluster --------------------------------------------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _replicas_running() -> int:
     from ray import serve
 
@@ -258,7 +252,7 @@ def run(cfg: SoakConfig) -> dict:
     prompts = [p.prompt for p in problems("test", 200, seed=cfg.seed)]
     tdir = tempfile.mkdtemp(prefix="specexit-soak-telemetry-")
     args = app_args(cfg, tdir)
-    port = _free_port()
+    port = free_port()
     patient_proxy_readiness()
     t_start = time.monotonic()
     # "local": a cluster of this process's own, never one a `ray start` elsewhere on the machine left

@@ -173,8 +173,8 @@ def _raw_ids(folder: Path) -> collections.Counter:
 
 def _drill(cluster: Cluster, stage: str, work: Path, spare: str) -> dict:
     """Run `stage` across both worker nodes, lose a node running an engine once the first part is
-    written (or its engine has been up 2 s), let Ray's retries finish the job (or resubmit it once if the job failed), then give the
-    capacity back (node `spare` joins)."""
+    written (or its engine has been up 2 s), let Ray's retries finish the job (or resubmit it once if
+    the job failed), then give the capacity back (node `spare` joins)."""
     out = work / stage
     watcher = PartWatcher(out)
     watcher.start()

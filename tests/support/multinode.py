@@ -96,7 +96,6 @@ class MultiNodeCluster(LocalHead):
     def lose(self, name: str, timeout: float = 60) -> float:
         """SIGKILL node `name`'s raylet and every process under it at once; return the seconds until the
         GCS marked it dead."""
-
         node = self.nodes[name]
         raylet = [p for p in self._procs() if f"--node_manager_port={node.manager_port}" in _cmdline(p)]
         assert len(raylet) == 1, f"no single raylet for node {name}: {raylet}"
