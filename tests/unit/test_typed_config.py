@@ -103,15 +103,20 @@ def test_demo_quick_and_command_line_overrides(monkeypatch, tmp_path):
 
 
 def test_cpu_engine_env_is_the_one_rule(monkeypatch):
+    import torch._dynamo.config as dynamo
+
     from specexit_core.vllm_env import all_cores_bind, apply_cpu_defaults, cpu_engine_env
 
-    assert cpu_engine_env(3) == {"VLLM_CPU_KVCACHE_SPACE": "3"}
-    assert cpu_engine_env(2, "0|1") == {"VLLM_CPU_KVCACHE_SPACE": "2", "VLLM_CPU_OMP_THREADS_BIND": "0|1"}
-    for k in ("VLLM_CPU_KVCACHE_SPACE", "HF_HUB_OFFLINE", "TOKENIZERS_PARALLELISM"):
+    off = {"TORCH_COMPILE_DISABLE": "1"}  # the engines run eager: no compile of vLLM's sampler helpers
+    assert cpu_engine_env(3) == {"VLLM_CPU_KVCACHE_SPACE": "3", **off}
+    assert cpu_engine_env(2, "0|1") == {"VLLM_CPU_KVCACHE_SPACE": "2", "VLLM_CPU_OMP_THREADS_BIND": "0|1", **off}
+    for k in ("VLLM_CPU_KVCACHE_SPACE", "HF_HUB_OFFLINE", "TOKENIZERS_PARALLELISM", "TORCH_COMPILE_DISABLE"):
         monkeypatch.delenv(k, raising=False)  # restored after the test
     monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0")
+    monkeypatch.setattr(dynamo, "disable", False)  # torch read the variable at import, before the defaults
     apply_cpu_defaults(4)
     assert os.environ["VLLM_CPU_KVCACHE_SPACE"] == "4" and os.environ["VLLM_CPU_OMP_THREADS_BIND"] == "0"  # user wins
+    assert os.environ["TORCH_COMPILE_DISABLE"] == "1" and dynamo.disable is True
     assert all_cores_bind().startswith("0")
 
 
