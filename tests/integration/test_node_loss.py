@@ -27,7 +27,7 @@ from specexit_core.toy.task import problems
 from support.cli import output_json
 from support.multinode import MultiNodeCluster
 from support.ray_head import retry_no_agent
-from support.ray_train import registered_checkpoint
+from support.ray_train import LOG_TERMS, registered_checkpoint
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow(minutes=6)]
 
@@ -276,7 +276,8 @@ def test_labels_job_loses_a_worker_node(cluster, work):
 def test_training_loses_a_worker_node(cluster, work):
     """Ray Train with a worker on each node; the node of worker 1 dies after the first registered
     checkpoint. The worker group restarts on the capacity left and resumes from that checkpoint; the
-    loss curve goes on from there (no step is logged twice before the resume point); the draft loads."""
+    loss curve goes on from there (no step is logged twice before the resume point); the draft loads.
+    (The suite's one restart of a training run whose worker died: test_pipelines_jobs.py trains without one.)"""
     from safetensors.torch import load_file
 
     from pipelines.common.train_run import read_events
@@ -312,6 +313,7 @@ def test_training_loses_a_worker_node(cluster, work):
     steps_after = [step for step, _ in curve[1]]
     assert steps_after == sorted(set(steps_after)) and steps_after[0] > resume and steps_after[-1] == TRAIN_STEPS, curve
     assert curve[1][0][1] < curve[0][0][1], curve  # below step 1's loss: the weights were restored
+    assert all(f"{term}=" in second for term in LOG_TERMS)  # every loss term logged after the resume too
     cluster.add_node("e", 2)  # capacity returns for the next drill
     weights = load_file(str(work / "draft" / "model.safetensors"))
     assert weights and all(bool(t.isfinite().all()) for t in weights.values())

@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+# the terms every progress line of the draft training job names (`[train] step N/M ... token_loss=...`)
+LOG_TERMS = ("token_loss", "confidence_loss", "progress_loss", "remaining_loss", "acc_0", "w_confidence", "grad_norm")
+
 
 def registered_checkpoint(run: Path) -> str | None:
     """The checkpoint the Ray Train controller has registered (named in its snapshot on storage), None
