@@ -135,13 +135,21 @@ class Stages:
     def serve(self) -> dict:
         from specexit_app.demo_serve import serve_and_query
 
+        out = self.wd / "serve.json"
+        n, max_tokens = self.cfg.serve_requests, self.serve_max_tokens()
+        identity = serve_identity(self.cfg.serve, self.draft, n, max_tokens)
+        done = finished_serve(out, identity)
+        if done is not None:  # a rerun: this draft's endpoint was checked with these requests already
+            log.info("[demo] serve: %s is this draft's endpoint check (same app, same requests); nothing to do", out)
+            return done
         return serve_and_query(
             self.cfg.serve,
             draft=self.draft,
             port=self.cfg.serve_port,
-            n=self.cfg.serve_requests,
-            max_tokens=self.serve_max_tokens(),
-            out=self.wd / "serve.json",
+            n=n,
+            max_tokens=max_tokens,
+            out=out,
+            identity=identity,
         )
 
     def evaluate(self) -> dict:
@@ -195,6 +203,33 @@ def finished_calibration(calibrated: Path, draft: str) -> dict | None:
     carried = (fields.exit_defaults, fields.exit_profiles, fields.exit_efforts)
     written = (out.get("exit"), out.get("by_profile"), out.get("efforts"))
     return out if "calibration" in out and fields.exit_defaults is not None and carried == written else None
+
+
+def serve_identity(serve_yaml: str, draft: str, n: int, max_tokens: int) -> dict:
+    """What the serve stage's endpoint check depends on: the draft's content (the calibrated exit it
+    carries included), the application the serve config builds around it, and the requests sent; not
+    the port."""
+    from pipelines.common.run_identity import model_fingerprint
+    from specexit_app.demo_serve import app_args
+
+    return {
+        "draft": model_fingerprint(draft),
+        "app": app_args(serve_yaml, draft)[1],
+        "requests": n,
+        "max_tokens": max_tokens,
+    }
+
+
+def finished_serve(out: Path, identity: dict) -> dict | None:
+    """The summary in `out` (serve.json) of a finished serve stage with this identity, else None: a rerun
+    over a finished work folder does not start the endpoint again for the same check."""
+    try:
+        saved = json.loads(out.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(saved, dict) or saved.get("identity") != identity or not saved.get("complete"):
+        return None
+    return {k: v for k, v in saved.items() if k not in ("identity", "rows")}
 
 
 def calibration_brief(out: dict) -> dict:

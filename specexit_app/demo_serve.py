@@ -18,7 +18,8 @@ from specexit_core.typed_config import read_yaml
 log = logging.getLogger("specexit.demo")
 
 
-def _app_args(serve_yaml: str, draft: str) -> tuple[dict, dict]:
+def app_args(serve_yaml: str, draft: str) -> tuple[dict, dict]:
+    """The serve config's HTTP options and its application's arguments, serving `draft`."""
     d = read_yaml(serve_yaml)
     app = d["applications"][0]
     args = json.loads(json.dumps(app["args"]))
@@ -26,14 +27,25 @@ def _app_args(serve_yaml: str, draft: str) -> tuple[dict, dict]:
     return d.get("http_options", {}), args
 
 
-def serve_and_query(serve_yaml: str, *, draft: str, port: int, n: int, out: Path, max_tokens: int = 400) -> dict:
+def serve_and_query(
+    serve_yaml: str,
+    *,
+    draft: str,
+    port: int,
+    n: int,
+    out: Path,
+    max_tokens: int = 400,
+    identity: dict | None = None,
+) -> dict:
+    """Serve, ask, shut down; writes `out` (the summary, `identity`: what the check depended on, and every
+    request's row) and returns the summary."""
     from openai import OpenAI
     from ray import serve
 
     from serve_app.app import build_app
     from specexit_core.toy.task import grade, problems
 
-    http, args = _app_args(serve_yaml, draft)
+    http, args = app_args(serve_yaml, draft)
     model = args["model"]["id"]
     host = http.get("host", "127.0.0.1")
     t0 = time.time()
@@ -104,7 +116,7 @@ def serve_and_query(serve_yaml: str, *, draft: str, port: int, n: int, out: Path
         "effort_none": effort_none,
         "complete": True,
     }
-    out.write_text(json.dumps({**res, "rows": rows}, indent=2) + "\n")
+    out.write_text(json.dumps({**res, "identity": identity, "rows": rows}, indent=2) + "\n")
     return res
 
 

@@ -237,9 +237,9 @@ def test_every_stage_output_opens_as_a_dataset(demo):
 
 def test_a_rerun_resumes_every_stage(demo):
     """`specexit demo` again over the finished work folder (README: "a rerun resumes"), last in this module:
-    traces, labels and evaluation rows are all found written, training and calibration have nothing to
-    do (the calibrate stage's dev run could not be resumed: its draft now carries the exit), and the
-    comparison is the same."""
+    traces, labels and evaluation rows are all found written, training, calibration and the endpoint check
+    have nothing to do (the calibrate stage's dev run could not be resumed: its draft now carries the exit),
+    and the comparison is the same."""
     _, res, wd = demo
     out, again = run_json(
         specexit("demo", "--quick", "--json", "--workdir", str(wd), "--port", str(free_port())), timeout=900
@@ -248,6 +248,7 @@ def test_a_rerun_resumes_every_stage(demo):
     assert "traces: 24 input rows, 24 already in" in log and "labels: 24 input traces, 24 already in" in log
     assert "already holds run demo-draft at step 6; nothing to do" in log
     assert "this draft's calibration (it carries the exit); nothing to do" in log
+    assert "is this draft's endpoint check (same app, same requests); nothing to do" in log
     assert "evaluate: 4 problems, 4 already in" in log
     assert again["stages"]["calibrate"]["exit"] == res["stages"]["calibrate"]["exit"]
     for name, m in res["methods"].items():

@@ -93,7 +93,7 @@ def test_unknown_teacher_is_a_clear_error(capsys, monkeypatch):
 
 
 @pytest.mark.parametrize("teacher, budget", [("toy", 400), ("qwen3-like", 700), ("r1-llama-like", 700)])
-def test_endpoint_requests_get_the_evaluation_stage_budget(teacher, budget, monkeypatch):
+def test_endpoint_requests_get_the_evaluation_stage_budget(teacher, budget, monkeypatch, tmp_path):
     """The Serve stage's requests must hold the teacher's whole thinking: their max_tokens is the
     evaluation config's (qwen3-like thinks ~4x longer than the toy; 400 tokens cut it short)."""
     import specexit_app.demo_serve as demo_serve
@@ -101,7 +101,7 @@ def test_endpoint_requests_get_the_evaluation_stage_budget(teacher, budget, monk
 
     seen = {}
     monkeypatch.setattr(demo_serve, "serve_and_query", lambda *a, **kw: seen.update(kw) or {})
-    Stages(load_demo_config(teacher=teacher)).serve()
+    Stages(load_demo_config(teacher=teacher, workdir=str(tmp_path))).serve()
     assert seen["max_tokens"] == budget
 
 
