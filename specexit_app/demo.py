@@ -215,7 +215,7 @@ def serve_identity(serve_yaml: str, draft: str, n: int, max_tokens: int) -> dict
     return {
         "draft": model_fingerprint(draft),
         "app": app_args(serve_yaml, draft)[1],
-        "requests": n,
+        "problems": n,  # each asked with SpecExit off and on
         "max_tokens": max_tokens,
     }
 
