@@ -59,12 +59,26 @@ class Cluster(MultiNodeCluster):
             if j.submission_id and str(j.status) in ("PENDING", "RUNNING"):
                 client.stop_job(j.submission_id)
 
-    def engine_nodes(self) -> collections.Counter:
-        """Worker node name -> alive Ray Data map actors (the vLLM engine stage's) on it."""
-        from ray.util.state import list_actors
+    def actor_nodes(self, title: str) -> collections.Counter:
+        """Worker node name -> created actors on it whose process title starts with `title`, read from this
+        machine's process table: a Ray actor's process is titled `ray::<class>.__init__` until it is
+        created, then `ray::<class>[.<method>]`. (The state API answers the same through a dashboard round
+        trip per call: polled every 0.1 s, the drills' dashboard and test process spent more CPU on it than
+        the engines they watched.)"""
+        import psutil
 
-        alive = list_actors(address=self.address, filters=[("state", "=", "ALIVE")], limit=1000)
-        return collections.Counter(self.node_of(a.node_id) for a in alive if "MapWorker" in a.class_name)
+        up = collections.Counter()
+        for p in psutil.process_iter(["pid", "cmdline"]):
+            cmd = " ".join(p.info["cmdline"] or [])
+            if cmd.startswith(title) and ".__init__" not in cmd:
+                node = self.node_of_pid(p.info["pid"])
+                if node:
+                    up[node] += 1
+        return up
+
+    def engine_nodes(self) -> collections.Counter:
+        """Worker node name -> Ray Data map actors (the vLLM engine stage's) on it whose engine is up."""
+        return self.actor_nodes("ray::MapWorker(")
 
 
 @pytest.fixture(scope="module")
@@ -179,32 +193,19 @@ def _drill(cluster: Cluster, stage: str, work: Path, spare: str) -> dict:
     watcher = PartWatcher(out)
     watcher.start()
     job = cluster.submit(stage, work / f"{stage}.yaml", f"{stage}-drill-{time.time_ns()}")
-    t0 = time.time()
-    # where the engines are, kept current by a thread (a state-API call takes ~0.5 s, and labeling writes
-    # its parts within seconds of its engines being up): the node goes the moment the first part shows
-    seen = {"engines": collections.Counter()}
-    polling = threading.Event()
-
-    def poll_engines():
-        while not polling.is_set():
-            seen["engines"] = cluster.engine_nodes()
-            time.sleep(0.1)
-
-    poller = threading.Thread(target=poll_engines, daemon=True)
-    poller.start()
-    live_since = None
-    try:
-        while True:  # the first part shows, or an engine has been up 2 s (labeling can finish within 3 s)
-            engines = seen["engines"]
-            live = [n for n in engines if n and cluster.nodes[n].alive]
-            live_since = (live_since or time.time()) if live else None
-            if live and (list(out.glob("part-*.parquet")) or time.time() - live_since > 2):
-                break
-            status = str(cluster.jobs().get_job_status(job))
-            assert time.time() - t0 < 300 and status in ("PENDING", "RUNNING"), cluster.jobs().get_job_logs(job)[-6000:]
-            time.sleep(0.05)
-    finally:
-        polling.set()
+    client, t0 = cluster.jobs(), time.time()
+    live_since, checked, scanned, engines = None, 0.0, 0.0, collections.Counter()
+    while True:  # the first part shows, or an engine has been up 2 s (labeling can finish within 3 s)
+        if time.time() - scanned > 0.25:  # a scan of the process table: ~20 ms
+            scanned, engines = time.time(), cluster.engine_nodes()
+        live = [n for n in engines if cluster.nodes[n].alive]
+        live_since = (live_since or time.time()) if live else None
+        if live and (list(out.glob("part-*.parquet")) or time.time() - live_since > 2):
+            break
+        if time.time() - checked > 1:  # the job still runs (a failed one would leave this loop waiting)
+            checked, status = time.time(), str(client.get_job_status(job))
+            assert time.time() - t0 < 300 and status in ("PENDING", "RUNNING"), client.get_job_logs(job)[-6000:]
+        time.sleep(0.05)
     victim = max(live, key=lambda n: engines[n])
     parts_before = len(list(out.glob("part-*.parquet")))
     t_loss = time.time()
@@ -284,10 +285,10 @@ def test_training_loses_a_worker_node(cluster, work):
 
     run = work / "ray_train" / "drill"
     job = cluster.submit("train_draft", work / "train_draft.yaml", f"train-drill-{time.time_ns()}")
-    t0 = time.time()
+    client, t0 = cluster.jobs(), time.time()
     while registered_checkpoint(run) is None or not (run / "worker-1.pid").exists():
-        status = str(cluster.jobs().get_job_status(job))
-        assert time.time() - t0 < 300 and status in ("PENDING", "RUNNING"), cluster.jobs().get_job_logs(job)[-6000:]
+        status = str(client.get_job_status(job))
+        assert time.time() - t0 < 300 and status in ("PENDING", "RUNNING"), client.get_job_logs(job)[-6000:]
         time.sleep(0.25)
     pids = {r: int((run / f"worker-{r}.pid").read_text()) for r in (0, 1)}
     nodes = {r: cluster.node_of_pid(p) for r, p in pids.items()}
@@ -344,11 +345,12 @@ def test_head_restart_loses_the_job_table_and_a_resubmitted_job_resumes(cluster,
     cfg["output"] = str(out)
     (work / "labels_head.yaml").write_text(json.dumps(cfg))
     job = cluster.submit("labels", work / "labels_head.yaml", f"labels-head-{time.time_ns()}")
-    t0 = time.time()
+    client, t0, checked = cluster.jobs(), time.time(), 0.0
     while not list(out.glob("part-*.parquet")):
-        status = str(cluster.jobs().get_job_status(job))
-        assert time.time() - t0 < 300 and status in ("PENDING", "RUNNING"), cluster.jobs().get_job_logs(job)[-6000:]
-        time.sleep(0.1)
+        if time.time() - checked > 1:
+            checked, status = time.time(), str(client.get_job_status(job))
+            assert time.time() - t0 < 300 and status in ("PENDING", "RUNNING"), client.get_job_logs(job)[-6000:]
+        time.sleep(0.05)
     cluster.restart_head()
     restarted = time.time()
     for name in ("h1", "h2"):
@@ -460,10 +462,9 @@ def _actor_nodes(cluster: Cluster, class_name: str) -> set[str]:
 
 
 def _replica_nodes(cluster: Cluster) -> collections.Counter:
-    from ray.util.state import list_actors
-
-    alive = list_actors(address=cluster.address, filters=[("state", "=", "ALIVE")], limit=1000)
-    return collections.Counter(cluster.node_of(a.node_id) for a in alive if "SpecExitLLMServer" in a.class_name)
+    """Worker node name -> the drill app's engine replicas on it (Serve titles a replica's process
+    `ray::ServeReplica:<app>:<deployment>`)."""
+    return cluster.actor_nodes(f"ray::ServeReplica:drill:SpecExitLLMServer:{SERVE_MODEL}")
 
 
 @pytest.fixture(scope="module")
