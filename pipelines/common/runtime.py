@@ -40,6 +40,36 @@ def use_gpu(accelerator: str) -> bool:
     return accelerator == "gpu"
 
 
+def engines_that_fit(requested: int, cluster_cpus: float) -> int:
+    """CPU engine actors a stage can start on a cluster of `cluster_cpus` logical CPUs: `requested`, at
+    most one fewer than the CPUs, at least one. Each CPU engine actor holds one CPU for its lifetime, and
+    Ray Data starts a fixed-size actor pool before the tasks that feed it (listing and reading the input
+    take a CPU each): with every CPU held by an engine the read never runs and the job waits forever, its
+    actors idle. A job resubmitted after a node was lost meets exactly that, on the capacity left (the
+    node-loss drill's labels job on one 2-CPU node: two engines, no progress in five minutes)."""
+    return max(1, min(requested, int(cluster_cpus) - 1))
+
+
+def engine_actors(requested: int, gpu: bool, stage: str) -> int:
+    """`engines_that_fit` on this cluster (GPU engines hold GPUs, not the CPUs the input tasks need)."""
+    if gpu:
+        return requested
+    import ray
+
+    cpus = ray.cluster_resources().get("CPU", 0)
+    n = engines_that_fit(requested, cpus)
+    if n < requested:
+        log.warning(
+            "%s: %d engine actors asked for, %d started: the cluster has %g CPUs, and the tasks that read the "
+            "input need one beside the engines (each holds one)",
+            stage,
+            requested,
+            n,
+            cpus,
+        )
+    return n
+
+
 def engine_env(engine: EngineConfig, gpu: bool) -> dict[str, str]:
     """Environment of the engine actors (they are separate processes, so os.environ of the driver
     does not reach them); on CPU, what `specexit_core.vllm_env.cpu_engine_env` says a CPU engine needs."""

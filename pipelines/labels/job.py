@@ -32,7 +32,7 @@ from pipelines.common.run_identity import (
     refuse_changed_rows,
     write_identity,
 )
-from pipelines.common.runtime import engine_env, init_ray, use_gpu
+from pipelines.common.runtime import engine_actors, engine_env, init_ray, use_gpu
 from pipelines.common.writer import engine_rate, write_parts
 from pipelines.labels.config import LabelsConfig
 from pipelines.labels.labeler import KILL_ENGINE_ENV, KILLED_MARKER, ProbeLabeler
@@ -117,9 +117,10 @@ def run(cfg: LabelsConfig) -> dict:
         ", retrying error rows" if cfg.retry_errors else "",
         "GPU" if gpu else "CPU",
     )
-    processed, timing = 0, None
+    processed, timing, engines = 0, None, 0
     if todo:
         e = cfg.engine
+        engines = engine_actors(e.concurrency, gpu, "labels")
         ds = read_parquet(files, columns=COLUMNS)
         ds = ds.map_batches(keep_ids, fn_kwargs={"ids": todo}, batch_format="pyarrow", num_cpus=0.25)
         resources = {"num_gpus": e.tensor_parallel_size} if gpu else {"num_cpus": 1}
@@ -130,7 +131,7 @@ def run(cfg: LabelsConfig) -> dict:
                 **labeler_kwargs(cfg, gpu),
                 "test_kill_engine": (kill_after, os.path.join(cfg.output, KILLED_MARKER)) if kill_after else None,
             },
-            concurrency=e.concurrency,
+            concurrency=engines,
             batch_size=e.batch_size,
             batch_format="pyarrow",
             runtime_env={"env_vars": engine_env(e, gpu)},
@@ -156,7 +157,7 @@ def run(cfg: LabelsConfig) -> dict:
         stale_tmp_removed=stale,
         seconds=round(secs, 1),
         rows_per_s=round(processed / secs, 3) if secs > 0 else None,
-        engines=cfg.engine.concurrency,
+        engines=engines,
     )
     summary["engine_rows_per_s"], summary["engine_busy_s"] = engine_rate(timing)
     failed = error_rate_failure(summary, cfg.max_error_rate)

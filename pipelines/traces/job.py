@@ -24,7 +24,7 @@ from pipelines.common.run_identity import (
     refuse_changed_rows,
     write_identity,
 )
-from pipelines.common.runtime import engine_env, engine_placement, init_ray, stable_seed, use_gpu
+from pipelines.common.runtime import engine_actors, engine_env, engine_placement, init_ray, stable_seed, use_gpu
 from pipelines.common.schemas import TRACES, empty_row, to_table
 from pipelines.common.tokens import load_tokenizer, think_opened, token_ids
 from pipelines.common.writer import engine_rate, write_parts
@@ -48,7 +48,8 @@ def _worker_tokenizer(model: str):  # once per Ray Data worker process
     return load_tokenizer(model)
 
 
-def build_trace_processor(cfg: TracesConfig, gpu: bool):
+def build_trace_processor(cfg: TracesConfig, gpu: bool, engines: int | None = None):
+    """Ray Data LLM's processor for the traces: `engines` engine actors (None: the config's)."""
     from ray.data.llm import build_processor, vLLMEngineProcessorConfig
 
     e = cfg.engine
@@ -56,7 +57,7 @@ def build_trace_processor(cfg: TracesConfig, gpu: bool):
         model_source=e.model,
         engine_kwargs=e.engine_kwargs(),
         batch_size=e.batch_size,
-        concurrency=e.concurrency,
+        concurrency=engines or e.concurrency,
         runtime_env={"env_vars": engine_env(e, gpu)},
         should_continue_on_error=True,  # one bad prompt must not fail the job
         chat_template_stage=False,  # `preprocess` renders and tokenizes the prompt (`chat_prompt`)
@@ -201,7 +202,7 @@ def run(cfg: TracesConfig) -> dict:
     written = {"rows": len(bad)}
     if good:
         ds = ray.data.from_items(good, override_num_blocks=max(1, min(len(good) // cfg.chunk_rows, 200)))
-        ds = build_trace_processor(cfg, gpu)(ds)
+        ds = build_trace_processor(cfg, gpu, engine_actors(cfg.engine.concurrency, gpu, "traces"))(ds)
         ds = ds.map(
             finalize,
             fn_kwargs=dict(

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -136,6 +137,23 @@ class MultiNodeCluster(LocalHead):
             (n.name for n in self.nodes.values() for c in cmdlines if f"--node_manager_port={n.manager_port}" in c),
             None,
         )
+
+    def actor_nodes(self, title: str) -> Counter:
+        """Worker node name -> created actors on it whose process title starts with `title`, read from this
+        machine's process table: a Ray actor's process is titled `ray::<class>.__init__` until it is
+        created, then `ray::<class>[.<method>]`. (The state API answers the same through a dashboard round
+        trip per call: polled every 0.1 s during the traces and labels drills, ~70 CPU-s of the dashboard's
+        and the test process's; docs/results/test_profile_after_e0916ed.json `node_loss_watch_ab`.)"""
+        import psutil
+
+        up = Counter()
+        for p in psutil.process_iter(["pid", "cmdline"]):
+            cmd = " ".join(p.info["cmdline"] or [])
+            if cmd.startswith(title) and ".__init__" not in cmd:
+                node = self.node_of_pid(p.info["pid"])
+                if node:
+                    up[node] += 1
+        return up
 
     def node_of(self, node_id: str) -> str | None:
         """The name of the worker node with Ray node id `node_id` (None: the head)."""
