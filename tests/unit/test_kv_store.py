@@ -1,5 +1,5 @@
 """KV cache: the directory tier and the tiered store under bad conditions (corrupt, truncated and missing
-files, a full disk, a full writer queue, several processes writing the same blocks)."""
+files, a full disk, a full writer queue, several processes writing the same blocks, a writer killed mid-write)."""
 
 import errno
 import multiprocessing as mp
@@ -9,7 +9,7 @@ import torch
 
 from specexit_core.kv_cache import block_file
 from specexit_core.kv_cache.block_store import DIRECTORY, HOST, TieredBlockStore
-from specexit_core.kv_cache.directory_tier import DirectoryTier
+from specexit_core.kv_cache.directory_tier import SUFFIX, DirectoryTier
 from specexit_core.kv_cache.host_tier import HostTier
 
 KEY = "ab" + "0" * 62
@@ -136,3 +136,75 @@ def test_concurrent_writers_in_several_processes_never_expose_half_a_block(tmp_p
     assert reader.corrupt_files == 0 and seen > 0
     assert all(torch.equal(reader.read(k), b) for k, b in zip(keys, blocks))
     assert not list(tmp_path.rglob("*.tmp"))
+
+
+def _dies_mid_write(root, published, payloads, victim, half, marker):
+    """Publishes `published`, then starts writing `victim` through DirectoryTier.write_bytes and stops
+    with half of its bytes on disk (flushed), until the test kills the process there."""
+    import time
+    from pathlib import Path
+
+    from specexit_core.kv_cache import directory_tier
+
+    d = DirectoryTier(root)
+    for key, data in zip(published, payloads):
+        d.write_bytes(key, data)
+
+    class Stalls:
+        def __init__(self, f):
+            self.f = f
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return self.f.__exit__(*exc)
+
+        def write(self, data):
+            self.f.write(data[:half])
+            self.f.flush()
+            Path(marker).touch()  # half the block is on disk, the rest never comes
+            time.sleep(120)
+
+        def __getattr__(self, name):
+            return getattr(self.f, name)
+
+    # the module's own `open` (it opens the temp file), in this process only; Stalls closes what it opens
+    directory_tier.open = lambda path, mode: Stalls(open(path, mode))  # noqa: SIM115
+    d.write_bytes(victim, payloads[0], skip_existing=False)
+
+
+def test_a_writer_killed_mid_write_leaves_no_block_that_reads_wrong(tmp_path):
+    """A replica that dies while it writes a block (SIGKILL, as when its node is lost): the write is
+    provably under way (half its bytes on disk) when the process dies. Every block reads back whole, the
+    half-written one is a miss (a temp file no reader looks at), and the next writer publishes it."""
+    import os
+    import signal
+
+    keys = [f"{i:02d}" + "d" * 62 for i in range(4)]
+    blocks = [block(i) for i in range(4)]
+    payloads = [block_file.encode(b) for b in blocks]
+    victim, half, marker = "ff" + "d" * 62, len(payloads[0]) // 2, tmp_path / "stalled"
+    root = tmp_path / "tier"
+    p = mp.get_context("fork").Process(target=_dies_mid_write, args=(str(root), keys, payloads, victim, half, marker))
+    p.start()
+    try:
+        for _ in range(600):
+            if marker.exists() or not p.is_alive():
+                break
+            p.join(0.05)
+        assert marker.exists(), f"the writer never reached the middle of its write (exit code {p.exitcode})"
+        (tmp,) = root.rglob(".*.tmp")
+        assert tmp.stat().st_size == half and p.is_alive()  # in flight: half written, not published
+    finally:
+        if p.is_alive():
+            os.kill(p.pid, signal.SIGKILL)
+        p.join(30)
+    assert p.exitcode == -signal.SIGKILL
+
+    reader = DirectoryTier(root)
+    assert all(torch.equal(reader.read(k), b) for k, b in zip(keys, blocks))  # every published block whole
+    assert not reader.contains(victim) and reader.read(victim) is None  # the dead write: a miss, nothing wrong
+    assert reader.corrupt_files == 0 and tmp.exists()  # its temp file stays (a dot-name ending .tmp)
+    assert sorted(f.name for f in root.rglob(f"*{SUFFIX}")) == sorted(reader.path(k).name for k in keys)
+    assert reader.write(victim, blocks[0]) and torch.equal(reader.read(victim), blocks[0])  # the next writer
