@@ -18,34 +18,24 @@ their per-token signals, joined with the oracle's probes at every paragraph brea
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
 
 import numpy as np
 
 from specexit_core.labels import find_think_span, progress_remaining
+from specexit_core.training.signal_quality import auroc as training_auroc
 
 POSITION_BUCKETS = 5  # fifths of the thinking (by true progress)
 RELIABILITY_BINS = 10
 
 
 def auroc(scores: Sequence[float], labels: Sequence[bool]) -> float | None:
-    """Area under the ROC curve (the Mann-Whitney statistic, ties counted half); None without both classes."""
-    s, y = np.asarray(scores, float), np.asarray(labels, bool)
-    pos, neg = s[y], s[~y]
-    if pos.size == 0 or neg.size == 0:
-        return None
-    order = np.argsort(np.concatenate([pos, neg]), kind="mergesort")
-    ranks = np.empty(order.size)
-    values = np.concatenate([pos, neg])[order]
-    i = 0
-    while i < values.size:  # average ranks over ties
-        j = i
-        while j + 1 < values.size and values[j + 1] == values[i]:
-            j += 1
-        ranks[order[i : j + 1]] = (i + j) / 2 + 1
-        i = j + 1
-    return float((ranks[: pos.size].sum() - pos.size * (pos.size + 1) / 2) / (pos.size * neg.size))
+    """Area under the ROC curve (the Mann-Whitney statistic, ties counted half); None without both classes.
+    The training's held-out metric computes it (`specexit_core.training.signal_quality.auroc`, nan there)."""
+    value = training_auroc(scores, np.asarray(labels, bool))
+    return None if math.isnan(value) else value
 
 
 def reliability(scores: Sequence[float], labels: Sequence[bool], bins: int = RELIABILITY_BINS) -> list[dict]:
