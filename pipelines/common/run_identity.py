@@ -59,8 +59,13 @@ def model_fingerprint(path: str | None) -> str | None:
 
 
 def config_identity(cfg, ignore: set[str]) -> dict:
-    """The config as JSON without the dotted keys in `ignore` (those that do not change the rows)."""
+    """The config as JSON without the dotted keys in `ignore` (those that do not change the rows), nor the
+    keys a stage added after its outputs were first written while they hold the default they were added
+    with (`cfg.ADDED_KEYS`, key -> default): a folder written before such a key existed made its rows as
+    that default does, so it still resumes; a resume with another value is refused, naming the key."""
     d = cfg.model_dump(mode="json")
+    added = getattr(cfg, "ADDED_KEYS", {})
+    ignore = set(ignore) | {k for k, default in added.items() if k in d and d[k] == default}
     for key in ignore:
         *parents, last = key.split(".")
         node = d

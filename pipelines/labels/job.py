@@ -52,6 +52,7 @@ def labeler_kwargs(cfg: LabelsConfig, gpu: bool) -> dict:
         close_text=cfg.close_text,
         answer_prompt=cfg.answer_prompt,
         probe_max_tokens=cfg.probe_max_tokens,
+        probe_sampling=cfg.probe_sampling.model_dump() if cfg.probe_sampling else None,
         think_start=cfg.think_start,
         think_end=cfg.think_end,
         split_tokens=cfg.split_tokens,

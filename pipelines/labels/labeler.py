@@ -4,7 +4,9 @@ Why not ray.data.llm here: labels need *all* probes of a trace together (they be
 ray.data.llm streams one request per row in completion order. So each Ray Data batch holds whole
 traces; the actor sends all their probes to vLLM in one `generate` call. Probes of one trace share
 the prompt + trace prefix, so with prefix caching the engine computes that prefix once, and the
-batch keeps the engine busy with many traces' probes at a time.
+batch keeps the engine busy with many traces' probes at a time. A probe is one greedy answer, or with
+`probe_sampling` k answers sampled at the serving settings (vLLM's `n`), the break's label then the
+share of them that is right.
 
 A probe that fails on its own is an error row for its trace; an engine that died fails the task
 instead (the actor exits, Ray restarts it and retries the batch: pipelines/common/error_rows.py).
@@ -19,6 +21,7 @@ import pyarrow as pa
 
 from pipelines.common.error_rows import engine_dead, exit_for_restart
 from pipelines.common.graders import grade, reference_answer
+from pipelines.common.runtime import stable_seed
 from pipelines.common.schemas import LABELS, empty_row
 from pipelines.common.tokens import think_opened
 from specexit_core.labels import find_think_span, label_trace, probe_prompts, step_boundaries
@@ -26,6 +29,11 @@ from specexit_core.labels import find_think_span, label_trace, probe_prompts, st
 # Test hook: SPECEXIT_TEST_KILL_ENGINE_AFTER_BATCHES=N kills the engine once, after N batches.
 KILL_ENGINE_ENV = "SPECEXIT_TEST_KILL_ENGINE_AFTER_BATCHES"
 KILLED_MARKER = ".test-engine-killed"
+
+
+def _probe_keys(row_id: str, bounds: list[int]) -> list[str]:
+    """What seeds each break's sampled probes: the same trace and break draw the same samples on a rerun."""
+    return [f"{row_id}@{b}" for b in bounds]
 
 
 class ProbeLabeler:
@@ -45,6 +53,7 @@ class ProbeLabeler:
         close_text: str,
         answer_prompt: str,
         probe_max_tokens: int,
+        probe_sampling: dict | None = None,
         think_start: str,
         think_end: str,
         split_tokens: list[str] | None,
@@ -68,6 +77,7 @@ class ProbeLabeler:
         self.close_ids = tok.encode(close_text + answer_prompt, add_special_tokens=False)
         self.max_len = self.llm.llm_engine.model_config.max_model_len
         self.params = SamplingParams(temperature=0.0, max_tokens=probe_max_tokens)
+        self.sampling = probe_sampling  # None: one greedy probe per break; else k samples (ProbeSampling)
         self.grader, self.shift, self.initial = grader, shift, initial
         self.probe_max_tokens = probe_max_tokens
         self.test_kill_engine, self.batches = test_kill_engine, 0
@@ -148,9 +158,29 @@ class ProbeLabeler:
             time.sleep(0.1)
         print(f"[labels] test hook: killed the engine core after {self.batches} batches", flush=True)
 
-    def _generate(self, prompts: list[list[int]]) -> list[str]:
-        outs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], self.params, use_tqdm=False)
-        return [o.outputs[0].text for o in outs]
+    def _params(self, keys: list[str]) -> list:
+        """One SamplingParams per probe: greedy, or k samples seeded by the probe's key (trace id, break)."""
+        if self.sampling is None:
+            return [self.params] * len(keys)
+        from vllm import SamplingParams
+
+        s = self.sampling
+        return [
+            SamplingParams(
+                n=s["samples"],
+                temperature=s["temperature"],
+                top_p=s["top_p"],
+                top_k=s["top_k"],
+                seed=stable_seed(s["seed"], key),
+                max_tokens=self.probe_max_tokens,
+            )
+            for key in keys
+        ]
+
+    def _generate(self, prompts: list[list[int]], keys: list[str]) -> list[list[str]]:
+        """Each probe's answers: one greedy text, or the k sampled ones."""
+        outs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], self._params(keys), use_tqdm=False)
+        return [[c.text for c in o.outputs] for o in outs]
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         rows = batch.to_pylist()
@@ -158,13 +188,14 @@ class ProbeLabeler:
         self._maybe_kill_engine()
         self.batches += 1
         plans = [self._plan(r) for r in rows]
-        flat, owner = [], []
+        flat, owner, keys = [], [], []
         for i, p in enumerate(plans):
             if not isinstance(p, str):
                 flat.extend(p[0])
                 owner.extend([i] * len(p[0]))
+                keys.extend(_probe_keys(rows[i]["id"], p[1]["bounds"]))
         try:
-            texts = self._generate(flat) if flat else []
+            texts = self._generate(flat, keys) if flat else []
         except Exception as e:  # isolate the trace that broke the batch, keep the others
             if engine_dead(e, self.llm):  # not the traces' fault: a fresh actor retries the batch
                 exit_for_restart("labels", e)
@@ -174,7 +205,7 @@ class ProbeLabeler:
                 if isinstance(p, str):
                     continue
                 try:
-                    texts.extend(self._generate(p[0]) if p[0] else [])
+                    texts.extend(self._generate(p[0], _probe_keys(rows[i]["id"], p[1]["bounds"])) if p[0] else [])
                 except Exception as e1:
                     if engine_dead(e1, self.llm):
                         exit_for_restart("labels", e1)
@@ -183,8 +214,8 @@ class ProbeLabeler:
                 flat_ok.extend([i] * len(p[0]))
             owner = flat_ok
         per_trace: dict[int, list[float]] = {i: [] for i, p in enumerate(plans) if not isinstance(p, str)}
-        for i, text in zip(owner, texts):
-            per_trace[i].append(grade(self.grader, text, plans[i][1]["ref"]))
+        for i, answers in zip(owner, texts):  # a break's label: the share of its probes that answer right
+            per_trace[i].append(sum(grade(self.grader, a, plans[i][1]["ref"]) for a in answers) / len(answers))
         out = []
         for i, (row, p) in enumerate(zip(rows, plans)):
             if isinstance(p, str):
@@ -192,7 +223,8 @@ class ProbeLabeler:
             else:
                 out.append(self._label(row, p[1], per_trace[i]))
         t1 = time.time()
-        print(f"[labels] {len(rows)} traces, {len(texts)} probes in {t1 - t0:.1f}s", flush=True)
+        n = sum(len(a) for a in texts)
+        print(f"[labels] {len(rows)} traces, {len(texts)} breaks, {n} probes in {t1 - t0:.1f}s", flush=True)
         table = pa.Table.from_pylist([{f.name: r.get(f.name) for f in LABELS} for r in out], schema=LABELS)
         # busy-window stamps for the throughput report (dropped by the writer)
         return table.append_column("_t0", pa.array([t0] * len(out), pa.float64())).append_column(

@@ -14,6 +14,8 @@ class TrainDraftConfig(TrainRunBase):
     """input: the labels output folder; output: the exported SpecExit draft folder."""
 
     RUN_ONLY_KEYS: ClassVar[frozenset[str]] = TrainRunBase.RUN_ONLY_KEYS | {"init_draft", "bf16_autocast", "recompute"}
+    # keys added after runs were first written, with their defaults (run_identity.config_identity)
+    ADDED_KEYS: ClassVar[dict[str, object]] = {"signal_weight": 1.0}
 
     aux_layer_ids: tuple[int, int, int] | None = None  # None: vLLM's default (2, L//2, L-3)
     draft_vocab_size: int | None = Field(None, ge=1)  # required unless init_draft gives it
@@ -35,6 +37,8 @@ class TrainDraftConfig(TrainRunBase):
     warmup_steps: int = Field(10, ge=1)
     unroll: int = Field(7, ge=1)
     weighting: Literal["uncertainty", "ratio", "fixed"] = "uncertainty"
+    # With `weighting: fixed`, each signal loss's weight against the token loss (#44 item 3's lever)
+    signal_weight: float = Field(1.0, ge=0)
     # Memory of the draft step ("auto": on when the workers train on GPUs; docs/runbook.md, "Draft
     # training memory and time"): bf16 autocast for the draft (weights, gradients and AdamW state stay fp32),
     # and recomputing each unroll step's decoder layer in backward instead of keeping it.
@@ -59,6 +63,12 @@ class TrainDraftConfig(TrainRunBase):
         if v is not None and (len(set(v)) != 3 or min(v) < 0):
             raise ValueError(f"aux_layer_ids must be 3 distinct non-negative ids, got {v}")
         return v
+
+    @model_validator(mode="after")
+    def _signal_weight_with_fixed(self):
+        if self.signal_weight != 1.0 and self.weighting != "fixed":
+            raise ValueError(f"signal_weight applies with weighting: fixed (weighting is {self.weighting!r})")
+        return self
 
     @model_validator(mode="after")
     def _vocab_source(self):

@@ -137,7 +137,8 @@ def train_loop(config: dict) -> None:
     autocast = auto_on_gpu(cfg.bf16_autocast, device.type)
     recompute = auto_on_gpu(cfg.recompute, device.type)
     objective = SpecExitObjective(
-        draft, LossConfig(unroll=cfg.unroll, weighting=cfg.weighting, recompute=recompute)
+        draft,
+        LossConfig(unroll=cfg.unroll, weighting=cfg.weighting, signal_weight=cfg.signal_weight, recompute=recompute),
     ).to(device)
     opt = torch.optim.AdamW(
         [p for p in objective.parameters() if p.requires_grad], lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0

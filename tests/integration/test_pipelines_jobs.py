@@ -12,6 +12,7 @@ import collections
 import json
 import math
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -109,6 +110,8 @@ def work(tmp_path_factory):
             "chunk_rows": 4,
             "grader": "toy",
             "probe_max_tokens": 6,
+            # two probes per break, sampled (the demos and the node-loss drills probe greedily, once)
+            "probe_sampling": {"samples": 2, "temperature": 0.6},
             # the kill test SIGKILLs the engine core's processes: they must be processes of their own
             "engine": {**eng, "batch_size": 4, "max_num_seqs": 128, "engine_core": "process"},
         },
@@ -232,6 +235,8 @@ def test_labels_job_killed_midway_then_resubmitted(cluster, work):
     ids = _ids(out)
     assert set(ids) == _expected_ids() and max(ids.values()) == 1 and not list(out.glob(".tmp-*"))
     assert s["skipped_already_done"] == len(first)
+    probed = [tuple(map(int, m)) for m in re.findall(r"\[labels\] \d+ traces, (\d+) breaks, (\d+) probes", r.stdout)]
+    assert probed and all(n == 2 * b for b, n in probed), probed  # k = 2 sampled answers for every break
 
     t = read_all(out)
     assert t.schema == LABELS
@@ -254,6 +259,7 @@ def test_labels_job_killed_midway_then_resubmitted(cluster, work):
         conf = np.array(r["confidence"])
         assert np.all((conf >= 0) & (conf <= 1)) and np.all(conf[~m] == 0)
         assert len(r["probe_outcomes"]) == len(r["boundaries"]) > 0
+        assert all(o in (0.0, 0.5, 1.0) for o in r["probe_outcomes"])  # the share of 2 answers that are right
         assert set(np.unique(conf[m])) <= set(r["probe_outcomes"]) | {0.0}
     outcomes = [o for r in ok for o in r["probe_outcomes"]]
     assert 0.1 < np.mean(outcomes) < 0.95  # early probes fail, late ones (overthinking) succeed

@@ -112,13 +112,13 @@ class _Labeler:
                 self.llm, self.grader = llm, "toy"
 
             def _plan(self, row):
-                return [[1, 2]], {"ref": "1"}
+                return [[1, 2]], {"ref": "1", "bounds": [5]}
 
             def _label(self, row, ctx, outcomes):
                 return dict(empty_row(LABELS, row["id"], ""), status="ok", error=None, probe_outcomes=outcomes)
 
-            def _generate(self, prompts):
-                return generate(prompts)
+            def _generate(self, prompts, keys):
+                return [[text] for text in generate(prompts)]
 
         return L()
 
@@ -247,6 +247,40 @@ def test_labels_refuse_traces_that_changed(tmp_path):
         check_input_rows(cfg)
 
 
+def test_probe_sampling_config_identity_and_seeds(tmp_path):
+    """k sampled probes per break (#44 item 2): validated early; a labels folder written with one greedy
+    probe (before the key existed) still resumes, and refuses a resume that samples its probes; each
+    break's k samples are seeded by its trace and position, the same on a rerun."""
+    from pipelines.labels.config import LabelsConfig
+    from pipelines.labels.job import identity
+    from pipelines.labels.labeler import ProbeLabeler
+    from specexit_core.typed_config import ConfigError, load_config
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    base = {"input": str(tmp_path / "traces"), "output": str(tmp_path / "labels"), "engine": {"model": str(model)}}
+    greedy = LabelsConfig.model_validate(base)
+    assert "probe_sampling" not in identity(greedy)["config"]
+    sampled = {"samples": 4, "temperature": 0.6, "top_p": 0.95, "top_k": 20}
+    soft = LabelsConfig.model_validate({**base, "probe_sampling": sampled})
+    write_identity(tmp_path / "labels", identity(greedy))
+    check_identity(tmp_path / "labels", identity(greedy), resuming=True, what="labels")
+    with pytest.raises(RunIdentityMismatch, match=r"probe_sampling\.samples: \"<unset>\" -> 4"):
+        check_identity(tmp_path / "labels", identity(soft), resuming=True, what="labels")
+    for bad, key in ((dict(sampled, samples=1), "samples"), (dict(sampled, temperature=0), "temperature")):
+        f = tmp_path / "bad.yaml"
+        f.write_text(json.dumps({**base, "probe_sampling": bad}))
+        with pytest.raises(ConfigError, match=f"probe_sampling.{key}"):
+            load_config(LabelsConfig, f)
+
+    labeler = ProbeLabeler.__new__(ProbeLabeler)
+    labeler.sampling, labeler.probe_max_tokens = soft.probe_sampling.model_dump(), 6
+    params = labeler._params(["a@3", "a@7", "b@3"])
+    assert all((p.n, p.temperature, p.top_p, p.top_k, p.max_tokens) == (4, 0.6, 0.95, 20, 6) for p in params)
+    assert len({p.seed for p in params}) == 3 and [p.seed for p in labeler._params(["a@3"])] == [params[0].seed]
+
+
 def test_train_run_identity_allows_more_steps_refuses_other_labels_or_lr(tmp_path):
     from pipelines.train_draft.config import TrainDraftConfig
     from pipelines.train_draft.job import identity
@@ -264,6 +298,13 @@ def test_train_run_identity_allows_more_steps_refuses_other_labels_or_lr(tmp_pat
     run = tmp_path / "run"
     write_identity(run, ident())
     check_identity(run, ident(steps=500, num_workers=4, output="d2", checkpoint_every=3), resuming=True, what="t")
+    # signal_weight came later (ADDED_KEYS): at its default it is not in the identity, a run written
+    # before it resumes; another weight is another run
+    assert "signal_weight" not in ident()["config"]
+    with pytest.raises(RunIdentityMismatch, match=r"config\.signal_weight: \"<unset>\" -> 5\.0"):
+        check_identity(run, ident(weighting="fixed", signal_weight=5.0), resuming=True, what="train_draft")
+    with pytest.raises(ValueError, match="signal_weight applies with weighting: fixed"):
+        ident(signal_weight=5.0)
     with pytest.raises(RunIdentityMismatch, match=r"config\.lr: "):
         check_identity(run, ident(lr=1e-4), resuming=True, what="train_draft")
     write_part(labels, to_table([dict(empty_row(LABELS, "b", ""), status="ok", error=None)], LABELS))

@@ -296,12 +296,20 @@ class _FakeLabeler(ProbeLabeler):
         self.max_len, self.grader, self.shift, self.initial = max_len, "toy", "next_step", 0.0
         self.tok = tok
 
-    def _generate(self, prompts):
+    sampling = None
+
+    def _generate(self, prompts, keys):
         out = []
-        for pr in prompts:
-            text = self.tok.decode(pr)
-            think = text.split("<think>")[-1]
-            out.append(" The answer is 47 ." if "= 47" in think else " The answer is 1 .")
+        for pr, key in zip(prompts, keys):
+            think = self.tok.decode(pr).split("<think>")[-1]
+            if self.sampling is None:
+                out.append([" The answer is 47 ." if "= 47" in think else " The answer is 1 ."])
+            else:  # k samples: right once the answer is in the prefix, and 1 in 4 by luck before that
+                k = self.sampling["samples"]
+                out.append(
+                    [" The answer is 47 ." if "= 47" in think or j == 0 else " The answer is 1 ." for j in range(k)]
+                )
+                self.keys.append(key)
         return out
 
 
@@ -352,6 +360,14 @@ def test_labeler_batch_labels_and_error_rows(tok):
     np.testing.assert_allclose(a["progress"], ref.progress)
     assert a["mask"] == ref.mask.tolist() and len(a["confidence"]) == len(comp)
     assert pa.Table.from_pylist(out, schema=LABELS).num_rows == 4
+
+    # k sampled probes per break (ProbeSampling): the label is the share that answers right
+    soft = _FakeLabeler(tok)
+    soft.sampling, soft.keys = {"samples": 4}, []
+    b = soft(pa.Table.from_pylist(rows[:1])).to_pylist()[0]
+    assert b["probe_outcomes"] == [1.0 if w else 0.25 for w in want]
+    assert soft.keys == [f"a@{i}" for i in a["boundaries"]]  # what seeds each break's samples
+    assert set(np.unique(np.array(b["confidence"])[np.array(b["mask"])])) <= {0.0, 0.25, 1.0}
 
 
 # -- training inputs --------------------------------------------------------------------------------
