@@ -37,7 +37,7 @@ from pipelines.calibrate.config import CalibrateConfig
 from pipelines.calibrate.job import draft_token_ids, grid, replay
 from pipelines.calibrate.signal_quality import confidence_quality, exit_headroom, regression_quality
 from pipelines.common.parts import read_all, write_part
-from pipelines.common.provenance import provenance
+from pipelines.common.provenance import emit_result, provenance
 from pipelines.common.schemas import LABELS
 from specexit_core.draft.checkpoint import load_draft
 from specexit_core.signals import activate
@@ -262,10 +262,7 @@ def main() -> None:
         "variants": variants,
         "provenance": provenance(" ".join(sys.argv)),
     }
-    text = json.dumps(res, indent=1)
-    if a.out:
-        Path(a.out).write_text(text + "\n")
-    print(text)
+    emit_result(res, a.out)
 
 
 if __name__ == "__main__":

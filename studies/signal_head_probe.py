@@ -29,7 +29,7 @@ import torch
 import yaml
 from torch import nn
 
-from pipelines.common.provenance import provenance
+from pipelines.common.provenance import emit_result, provenance
 from specexit_core.teachers.model_ref import resolve_model
 from specexit_core.training.features import target_features
 from specexit_core.training.signal_quality import auroc
@@ -159,10 +159,7 @@ def main() -> None:
         "heads_by_epochs": by_epochs,
         "provenance": provenance(" ".join(sys.argv)),
     }
-    text = json.dumps(res, indent=1)
-    if a.out:
-        Path(a.out).write_text(text + "\n")
-    print(text)
+    emit_result(res, a.out)
 
 
 if __name__ == "__main__":

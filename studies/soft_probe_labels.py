@@ -24,7 +24,7 @@ from pathlib import Path
 import yaml
 
 from pipelines.common.parts import read_all
-from pipelines.common.provenance import provenance
+from pipelines.common.provenance import emit_result, provenance
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -93,10 +93,7 @@ def main() -> None:
         "labels_job_seconds": {name: s["seconds"] for name, s in runs.items()},
         "provenance": provenance(" ".join(sys.argv)),
     }
-    text = json.dumps(res, indent=1)
-    if a.out:
-        Path(a.out).write_text(text + "\n")
-    print(text)
+    emit_result(res, a.out)
 
 
 if __name__ == "__main__":
