@@ -195,17 +195,17 @@ class ProbeLabeler:
                 owner.extend([i] * len(p[0]))
                 keys.extend(_probe_keys(rows[i]["id"], p[1]["bounds"]))
         try:
-            texts = self._generate(flat, keys) if flat else []
+            per_break = self._generate(flat, keys) if flat else []
         except Exception as e:  # isolate the trace that broke the batch, keep the others
             if engine_dead(e, self.llm):  # not the traces' fault: a fresh actor retries the batch
                 exit_for_restart("labels", e)
             print(f"[labels] batch generate failed ({e}); probing trace by trace", flush=True)
-            texts, flat_ok = [], []
+            per_break, flat_ok = [], []
             for i, p in enumerate(plans):
                 if isinstance(p, str):
                     continue
                 try:
-                    texts.extend(self._generate(p[0], _probe_keys(rows[i]["id"], p[1]["bounds"])) if p[0] else [])
+                    per_break.extend(self._generate(p[0], _probe_keys(rows[i]["id"], p[1]["bounds"])) if p[0] else [])
                 except Exception as e1:
                     if engine_dead(e1, self.llm):
                         exit_for_restart("labels", e1)
@@ -214,7 +214,7 @@ class ProbeLabeler:
                 flat_ok.extend([i] * len(p[0]))
             owner = flat_ok
         per_trace: dict[int, list[float]] = {i: [] for i, p in enumerate(plans) if not isinstance(p, str)}
-        for i, answers in zip(owner, texts):  # a break's label: the share of its probes that answer right
+        for i, answers in zip(owner, per_break):  # a break's label: the share of its probes that answer right
             per_trace[i].append(sum(grade(self.grader, a, plans[i][1]["ref"]) for a in answers) / len(answers))
         out = []
         for i, (row, p) in enumerate(zip(rows, plans)):
@@ -223,8 +223,8 @@ class ProbeLabeler:
             else:
                 out.append(self._label(row, p[1], per_trace[i]))
         t1 = time.time()
-        n = sum(len(a) for a in texts)
-        print(f"[labels] {len(rows)} traces, {len(texts)} breaks, {n} probes in {t1 - t0:.1f}s", flush=True)
+        n = sum(len(a) for a in per_break)
+        print(f"[labels] {len(rows)} traces, {len(per_break)} breaks, {n} probes in {t1 - t0:.1f}s", flush=True)
         table = pa.Table.from_pylist([{f.name: r.get(f.name) for f in LABELS} for r in out], schema=LABELS)
         # busy-window stamps for the throughput report (dropped by the writer)
         return table.append_column("_t0", pa.array([t0] * len(out), pa.float64())).append_column(
