@@ -9,7 +9,9 @@ held-out labeled traces.
 LABELS: a labels folder (`python -m pipelines.labels`); TRAIN_YAML: the teacher's train_draft recipe
 (its input, output, run and steps are replaced); CALIBRATE_YAML: the recipe whose exit grid is replayed.
 `--held-out N` labeled traces (a seeded draw) are kept out of training; the rest train every variant
-(WORKDIR/labels_train; each variant's run and draft under WORKDIR/<name>, resumed on a rerun). A
+(WORKDIR/labels_train; each variant's run and draft under WORKDIR/<name>, resumed on a rerun). Training
+traces are of the problems the built-in teachers were built on (the toy task's train split); `--test-labels`
+measures each draft on labels of other problems too (`on_test_labels`: e.g. the test split's). A
 variant is 'NAME=key: value, ...' over the recipe (a YAML flow mapping without its braces).
 
 Each draft runs over the held-out traces offline (the target in transformers, teacher-forced: the
@@ -215,6 +217,9 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=150)
     ap.add_argument("--variant", action="append", required=True, help="'NAME=key: value, ...' (base= for the recipe)")
     ap.add_argument("--engine-check", metavar="EVAL_DIR:DRAFT", help="an evaluation run and its draft (engine_check)")
+    ap.add_argument(
+        "--test-labels", help="labels of problems the teacher was not built on: each draft measured there too"
+    )
     ap.add_argument("--out")
     a = ap.parse_args()
     wd = Path(a.workdir)
@@ -227,7 +232,8 @@ def main() -> None:
     from transformers import AutoModelForCausalLM
 
     target = AutoModelForCausalLM.from_pretrained(resolve_model(recipe["target"]), dtype=torch.float32).eval()
-    variants, scores = {}, {}
+    test_rows = [r for r in read_all(a.test_labels).to_pylist() if r["status"] == "ok"] if a.test_labels else []
+    variants, scores, test_scores = {}, {}, {}
     for text in a.variant:
         name, changes = parse_variant(text)
         summary = train(recipe, labels, wd, name, a.steps, changes)
@@ -249,6 +255,15 @@ def main() -> None:
             variants[name]["signal_rows_max_difference_vs_" + first] = signal_rows_difference(
                 draft, wd / first / "draft"
             )
+        if test_rows:  # the same measures on the test split's traces
+            tested = held_out_traces(draft, target, test_rows)
+            test_scores[name] = break_scores(tested)
+            variants[name]["on_test_labels"] = measure(tested, draft, calibrate)
+            if len(test_scores) > 1:
+                first = next(iter(test_scores))
+                variants[name]["on_test_labels"]["confidence_auroc_vs_" + first] = auroc_difference(
+                    test_scores[name], test_scores[first]
+                )
         print(f"{name}: " + json.dumps({k: v for k, v in variants[name].items() if k != "front"}), flush=True)
     check = engine_check(*a.engine_check.split(":"), target) if a.engine_check else None
     res = {
@@ -257,7 +272,8 @@ def main() -> None:
         "labels": a.labels,
         "train_recipe": a.train_yaml,
         "calibrate_recipe": a.calibrate_yaml,
-        "traces": {"train": len(train_rows), "held_out": len(held)},
+        "traces": {"train": len(train_rows), "held_out": len(held), "test_labels": len(test_rows)},
+        "test_labels": a.test_labels,
         "steps": a.steps,
         "variants": variants,
         "provenance": provenance(" ".join(sys.argv)),
