@@ -24,7 +24,6 @@ import json
 import sys
 from pathlib import Path
 
-import numpy as np
 import torch
 import yaml
 from torch import nn
@@ -35,7 +34,7 @@ from specexit_core.training.features import target_features
 from specexit_core.training.signal_quality import auroc
 
 sys.path.insert(0, str(Path(__file__).parent))
-from signal_ablation import split_labels  # noqa: E402  (the same held-out traces as the ablation)
+from signal_ablation import auroc_difference, split_labels  # noqa: E402  (the same held-out traces as the ablation)
 
 HEADS = ("linear", "mlp", "linear+context", "mlp+context")
 
@@ -105,20 +104,9 @@ def break_scores(model, mean, std, head: str, held: list[dict]) -> list[tuple[li
     return out
 
 
-def pooled_auroc(scores, idx) -> float:
-    """AUROC over the breaks of the traces `idx` (with repeats) of `break_scores`' output."""
-    return auroc([x for i in idx for x in scores[i][0]], [y for i in idx for y in scores[i][1]])
-
-
-def paired_difference(a, b, draws: int = 1000, seed: int = 0) -> dict:
-    """AUROC(a) - AUROC(b) on the same traces, with a paired bootstrap 95% interval over traces."""
-    rng = np.random.default_rng(seed)
-    diffs = [
-        pooled_auroc(a, idx) - pooled_auroc(b, idx) for idx in (rng.integers(0, len(a), len(a)) for _ in range(draws))
-    ]
-    lo, hi = np.nanpercentile(diffs, [2.5, 97.5])
-    whole = range(len(a))
-    return {"difference": pooled_auroc(a, whole) - pooled_auroc(b, whole), "ci95": [float(lo), float(hi)]}
+def pooled_auroc(scores) -> float:
+    """AUROC over the breaks of every trace of `break_scores`' output."""
+    return auroc([x for sc, _ in scores for x in sc], [y for _, ys in scores for y in ys])
 
 
 def main() -> None:
@@ -143,9 +131,9 @@ def main() -> None:
         for head in HEADS:
             model, mean, std = fit(head, train, epochs)
             scores[head] = break_scores(model, mean, std, head, held)
-            heads[head] = {"confidence_auroc": pooled_auroc(scores[head], range(len(held)))}
+            heads[head] = {"confidence_auroc": pooled_auroc(scores[head])}
             if head != HEADS[0]:
-                heads[head]["vs_linear"] = paired_difference(scores[head], scores[HEADS[0]])
+                heads[head]["vs_linear"] = auroc_difference(scores[head], scores[HEADS[0]])
             print(f"epochs {epochs}, {head}: {json.dumps(heads[head])}", flush=True)
         by_epochs[str(epochs)] = heads
     res = {
