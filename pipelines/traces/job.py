@@ -160,14 +160,6 @@ def run(cfg: TracesConfig) -> dict:
     import ray
 
     gpu = use_gpu(cfg.engine.accelerator)
-    tok = load_tokenizer(cfg.engine.model)
-    tids = token_ids(
-        tok,
-        think_start=cfg.think_start,
-        think_end=cfg.think_end,
-        split_tokens=[],  # splits: labels' job
-        model_dir=cfg.engine.model,
-    )
     rows = read_prompts(cfg.input, cfg.limit)
     expected = [r["id"] for r in rows]
     stale = clean_tmp(cfg.output)
@@ -201,6 +193,15 @@ def run(cfg: TracesConfig) -> dict:
     good = [{"id": r["id"], "input_prompt": r["prompt"], "gold": r["gold"]} for r in todo if r["error"] is None]
     written = {"rows": len(bad)}
     if good:
+        # the tokenizer only where there is work: loading it imports transformers and torch (~5 s), the most
+        # of a resubmitted finished job's time
+        tids = token_ids(
+            load_tokenizer(cfg.engine.model),
+            think_start=cfg.think_start,
+            think_end=cfg.think_end,
+            split_tokens=[],  # splits: labels' job
+            model_dir=cfg.engine.model,
+        )
         ds = ray.data.from_items(good, override_num_blocks=max(1, min(len(good) // cfg.chunk_rows, 200)))
         ds = build_trace_processor(cfg, gpu, engine_actors(cfg.engine.concurrency, gpu, "traces"))(ds)
         ds = ds.map(
