@@ -30,6 +30,11 @@ KILL_AFTER_PARTS_ENV = "SPECEXIT_TEST_KILL_AFTER_PARTS"
 # output still holds each id once. Never set in production.
 DIE_AFTER_COMMIT_ENV = "SPECEXIT_TEST_DIE_AFTER_COMMIT"
 DIED_MARKER = ".test-died-"
+# Test hook: once N parts were committed by this run, every later writer waits (10 minutes) before
+# writing: the job still has rows to write whenever the test then loses its head (the head-restart drill;
+# without it the toy's labels job wrote every part within the second the test took to kill the cluster).
+# Never set in production.
+STALL_AFTER_PARTS_ENV = "SPECEXIT_TEST_STALL_AFTER_PARTS"
 
 
 def write_batch(
@@ -39,6 +44,7 @@ def write_batch(
     schema_name: str,
     kill: tuple[int, int, int] | None = None,
     die_after_commit: int = 0,
+    stall: tuple[int, int] | None = None,
 ) -> dict:
     schema = SCHEMAS[schema_name]
     cols = {}
@@ -46,6 +52,8 @@ def write_batch(
         col = batch.column(f.name) if f.name in batch.column_names else pa.nulls(batch.num_rows)
         cols[f.name] = col.cast(f.type)
     table = pa.table(cols, schema=schema)
+    if stall is not None and len(part_files(folder)) - stall[0] >= stall[1]:
+        time.sleep(600)
     name = write_part(folder, table, before_commit=None if kill is None else lambda: _maybe_die(folder, *kill))
     if die_after_commit:
         _maybe_die_after_commit(folder, name, die_after_commit)
@@ -97,9 +105,17 @@ def write_parts(ds, *, folder: str, schema_name: str, chunk_rows: int, total: in
     kill_after = int(os.environ.get(KILL_AFTER_PARTS_ENV, "0") or 0)
     kill = (os.getpid(), len(part_files(folder)), kill_after) if kill_after else None
     die_after_commit = int(os.environ.get(DIE_AFTER_COMMIT_ENV, "0") or 0)
+    stall_after = int(os.environ.get(STALL_AFTER_PARTS_ENV, "0") or 0)
+    stall = (len(part_files(folder)), stall_after) if stall_after else None
     out = ds.map_batches(
         write_batch,
-        fn_kwargs={"folder": folder, "schema_name": schema_name, "kill": kill, "die_after_commit": die_after_commit},
+        fn_kwargs={
+            "folder": folder,
+            "schema_name": schema_name,
+            "kill": kill,
+            "die_after_commit": die_after_commit,
+            "stall": stall,
+        },
         batch_size=chunk_rows,
         batch_format="pyarrow",
         num_cpus=0.25,

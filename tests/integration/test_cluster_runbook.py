@@ -3,7 +3,7 @@ lives in the configs (`$CONFIGS/<stage>.yaml`), and the recipes the runbook poin
 have those files.
 
 The commands are also *run as written* in CI (bash, `RAY_ADDRESS` exported, `$CONFIGS` set), against
-a local Ray head with toy configs: `test_pipelines_jobs.py::test_runbook_job_commands_resume_the_chain`,
+a local Ray cluster with toy configs: `test_pipelines_jobs.py::test_runbook_job_commands_resume_the_chain`,
 which reuses that module's cluster and finished chain instead of building a second one.
 """
 

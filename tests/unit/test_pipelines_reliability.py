@@ -46,6 +46,19 @@ def test_same_batch_written_twice_is_one_part(tmp_path):
     assert (t["ok"], t["duplicates"], t["complete"]) == (4, 0, True)
 
 
+def test_the_stall_hook_holds_writers_once_n_parts_of_the_run_are_written(tmp_path, monkeypatch):
+    """STALL_AFTER_PARTS_ENV (the head-restart drill's hook): writers wait once the run wrote N parts."""
+    from pipelines.common import writer
+
+    slept = []
+    monkeypatch.setattr(writer.time, "sleep", slept.append)
+    write_part(tmp_path, to_table([_trace("old")], TRACES))  # a part of an earlier run: not counted
+    stall = (1, 2)  # (parts when this run started, N)
+    for i in range(3):
+        write_batch(to_table([_trace(f"r{i}")], TRACES), folder=str(tmp_path), schema_name="traces", stall=stall)
+    assert slept == [600]  # the third part of the run waited; the first two did not
+
+
 def test_readers_keep_one_row_per_id_and_repair_rewrites_the_files(tmp_path):
     write_part(tmp_path, to_table([_trace("a", "error"), _trace("b")], TRACES))
     write_part(tmp_path, to_table([_trace("a"), _trace("c")], TRACES))  # a retried: now ok
