@@ -52,7 +52,7 @@ def write_batch(
         col = batch.column(f.name) if f.name in batch.column_names else pa.nulls(batch.num_rows)
         cols[f.name] = col.cast(f.type)
     table = pa.table(cols, schema=schema)
-    if stall is not None and len(part_files(folder)) - stall[0] >= stall[1]:
+    if stall is not None and _run_wrote(folder, *stall):
         time.sleep(600)
     name = write_part(folder, table, before_commit=None if kill is None else lambda: _maybe_die(folder, *kill))
     if die_after_commit:
@@ -78,8 +78,13 @@ def _edge(batch: pa.Table, col: str, pick) -> float | None:
     return pick(vals) if vals else None
 
 
+def _run_wrote(folder: str, parts_before: int, n: int) -> bool:
+    """This run has committed `n` parts (the folder held `parts_before` when it started): the test hooks' trigger."""
+    return len(part_files(folder)) - parts_before >= n
+
+
 def _maybe_die(folder: str, driver_pid: int, parts_before: int, after: int) -> None:
-    if len(part_files(folder)) - parts_before >= after:
+    if _run_wrote(folder, parts_before, after):
         os.kill(driver_pid, signal.SIGKILL)
         os._exit(1)
 

@@ -177,10 +177,6 @@ def _variant(work: Path, stage: str, name: str, **changes) -> Path:
     return work / name
 
 
-def _ids(folder: Path) -> collections.Counter:
-    return collections.Counter(read_all(folder, ["id"]).column("id").to_pylist())
-
-
 def _raw_ids(folder: Path) -> collections.Counter:
     """Ids over every visible part file as it is on disk (read_all would hide duplicates)."""
     c = collections.Counter()
@@ -199,7 +195,7 @@ def _killed_midway(cluster: Cluster, stage: str, work: Path) -> collections.Coun
     config = _variant(work, stage, f"{stage}_first.yaml", **{"engine.concurrency": 1})  # a run-only key
     r = cluster.submit(stage, config, env_vars={KILL_AFTER_PARTS_ENV: "1"})
     assert r.returncode != 0, r.stdout[-3000:]  # the driver died (SIGKILL) midway
-    first = _ids(work / stage)
+    first = _raw_ids(work / stage)
     assert 0 < len(first) < len(_expected_ids()) and max(first.values()) == 1, first
     assert list((work / stage).glob(".tmp-*"))  # the writer that died mid-commit left its temp file
     return first
@@ -264,7 +260,7 @@ def _resume_losing_a_node(cluster: Cluster, stage: str, work: Path, spare: str, 
     if resubmitted:  # Ray's retries did not carry it: the resume must (skips the ids already written)
         job = cluster.submit(stage, work / f"{stage}.yaml", env_vars=env_vars, wait=False)
         status = cluster.wait(job)
-        logs += cluster.jobs().get_job_logs(job)
+        logs += client.get_job_logs(job)
     watcher.stop.set()
     watcher.join()
     assert status == "SUCCEEDED", logs[-6000:]
