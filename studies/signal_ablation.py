@@ -12,7 +12,9 @@ LABELS: a labels folder (`python -m pipelines.labels`); TRAIN_YAML: the teacher'
 (WORKDIR/labels_train; each variant's run and draft under WORKDIR/<name>, resumed on a rerun). Training
 traces are of the problems the built-in teachers were built on (the toy task's train split); `--test-labels`
 measures each draft on labels of other problems too (`on_test_labels`: e.g. the test split's). A
-variant is 'NAME=key: value, ...' over the recipe (a YAML flow mapping without its braces).
+variant is 'NAME=key: value, ...' over the recipe (a YAML flow mapping without its braces). One key is
+the study's own, not the recipe's: `confidence_label` trains on the same probes spread over the tokens by
+another rule (`CONFIDENCE_LABELS`); the measures always read the probes themselves.
 
 Each draft runs over the held-out traces offline (the target in transformers, teacher-forced: the
 signals the engine would record along the same tokens) and is measured as `specexit signals` measures
@@ -31,6 +33,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import torch
 import yaml
@@ -42,6 +45,7 @@ from pipelines.common.parts import read_all, write_part
 from pipelines.common.provenance import emit_result, provenance
 from pipelines.common.schemas import LABELS
 from specexit_core.draft.checkpoint import load_draft
+from specexit_core.labels import confidence_from_probes
 from specexit_core.signals import activate
 from specexit_core.teachers.model_ref import resolve_model
 from specexit_core.training.features import target_features
@@ -49,6 +53,13 @@ from specexit_core.typed_config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 TOLERANCE = 0.01  # "within 1 point" of no exit's accuracy
+# What the confidence at a token is trained to say, from the same probes (specexit_core.labels):
+# next_step: the labels job's default: a step's tokens say whether the answer forced at the break *before*
+#   them was right (so the break where the exit decides says it of the previous break);
+# same_step: a step's tokens, its break included, say it of the break that ends the step (where an exit
+#   there would force the answer);
+# settled_*: as those, of "right here and at every later break" (an exit wants an answer that stays right).
+CONFIDENCE_LABELS = ("next_step", "same_step", "settled_next_step", "settled_same_step")
 
 
 def split_labels(labels: str, held_out: int, seed: int = 0) -> tuple[list[dict], list[dict]]:
@@ -56,6 +67,31 @@ def split_labels(labels: str, held_out: int, seed: int = 0) -> tuple[list[dict],
     rows = sorted((r for r in read_all(labels).to_pylist() if r["status"] == "ok"), key=lambda r: r["id"])
     held = set(random.Random(seed).sample(range(len(rows)), held_out))
     return [r for i, r in enumerate(rows) if i not in held], [r for i, r in enumerate(rows) if i in held]
+
+
+def relabel(rows: list[dict], rule: str) -> list[dict]:
+    """The rows with their confidence arrays rebuilt from their probe outcomes by `rule`."""
+    if rule not in CONFIDENCE_LABELS:
+        raise SystemExit(f"confidence_label {rule!r}: one of {CONFIDENCE_LABELS}")
+    shift = "same_step" if rule.endswith("same_step") else "next_step"
+    out = []
+    for r in rows:
+        outcomes = [float(o) for o in r["probe_outcomes"]]
+        if rule.startswith("settled_"):  # right here and at every later break: the suffix minimum
+            outcomes = list(np.minimum.accumulate(outcomes[::-1])[::-1]) if outcomes else []
+        conf = confidence_from_probes(
+            len(r["completion_token_ids"]), r["boundaries"], outcomes, r["think_start"], r["think_end"], shift=shift
+        )
+        out.append({**r, "confidence": conf.tolist()})
+    return out
+
+
+def training_labels(wd: Path, rows: list[dict], rule: str) -> Path:
+    """The training rows' folder for a confidence rule (the labels job's own rows for next_step)."""
+    folder = wd / ("labels_train" if rule == "next_step" else f"labels_train_{rule}")
+    if not folder.exists():
+        write_part(folder, pa.Table.from_pylist(relabel(rows, rule) if rule != "next_step" else rows, schema=LABELS))
+    return folder
 
 
 def parse_variant(text: str) -> tuple[str, dict]:
@@ -123,8 +159,6 @@ def break_scores(traces: list[dict]) -> list[tuple[list[float], list[bool]]]:
 def auroc_difference(a: list, b: list, draws: int = 1000, seed: int = 0) -> dict:
     """AUROC(a) - AUROC(b) over the same traces (`break_scores` of two drafts), with a paired bootstrap
     95% interval that resamples traces (a trace's breaks are not independent of each other)."""
-    import numpy as np
-
     from specexit_core.training.signal_quality import auroc
 
     def pooled(scores, idx):
@@ -224,9 +258,6 @@ def main() -> None:
     a = ap.parse_args()
     wd = Path(a.workdir)
     train_rows, held = split_labels(a.labels, a.held_out)
-    labels = wd / "labels_train"
-    if not labels.exists():
-        write_part(labels, pa.Table.from_pylist(train_rows, schema=LABELS))
     recipe = yaml.safe_load(Path(a.train_yaml).read_text())
     calibrate = load_config(CalibrateConfig, a.calibrate_yaml, what="calibrate")
     from transformers import AutoModelForCausalLM
@@ -236,13 +267,14 @@ def main() -> None:
     variants, scores, test_scores = {}, {}, {}
     for text in a.variant:
         name, changes = parse_variant(text)
-        summary = train(recipe, labels, wd, name, a.steps, changes)
+        rule = changes.pop("confidence_label", "next_step")
+        summary = train(recipe, training_labels(wd, train_rows, rule), wd, name, a.steps, changes)
         draft = wd / name / "draft"
         final = json.loads((draft / "specexit_train.json").read_text())["final_metrics"]
         traces = held_out_traces(draft, target, held)
         scores[name] = break_scores(traces)
         variants[name] = {
-            "changes": changes,
+            "changes": changes if rule == "next_step" else {**changes, "confidence_label": rule},
             # the training's own time and last losses (a rerun finds the run finished: read from the export)
             "train_seconds": final["seconds"],
             "rerun_skipped_training": bool(summary.get("skipped")),
