@@ -176,6 +176,8 @@ class Stages:
                 samples=self.cfg.eval_samples,
                 sample_methods=[m for m in EVAL_SAMPLE_METHODS if m in raw["methods"]],
             )
+            if self.cfg.eval_peer_problems is not None and self.cfg.eval_peer_problems < self.cfg.eval_problems:
+                raw["peer_problems"] = self.cfg.eval_peer_problems
         if self.cfg.eval_latency_problems is not None:
             raw["latency_problems"] = self.cfg.eval_latency_problems
         if self.cfg.eval_budget_sweep is not None:

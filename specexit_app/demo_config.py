@@ -95,6 +95,9 @@ class DemoConfig(StrictModel):
     # eagle3, specexit and the oracle (the peers stay at one sample per problem: demo.EVAL_SAMPLE_METHODS)
     calibrate_samples: int = Field(1, ge=1)
     eval_samples: int = Field(1, ge=1)
+    # with eval_samples > 1, the peers run on the first this many evaluation problems only (None: all):
+    # the comparison of eagle3, specexit and the oracle gets every problem, the peers a table's worth
+    eval_peer_problems: int | None = Field(None, ge=1)
     # the reasoning effort levels the evaluation runs SpecExit at ([]: none; `by_effort` in demo.json)
     eval_efforts: list[str] = Field(default_factory=lambda: list(EXIT_LEVELS))
     # the evaluation's temperatures, and so the calibration's (the exit must hold at each; 0.0 first)

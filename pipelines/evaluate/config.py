@@ -105,6 +105,10 @@ class EvalConfig(StrictModel):
     # for a comparison on 1,000 problem-samples while the peers stay at one sample per problem.
     # eagle3 runs wherever the oracle does (it probes eagle3's trace).
     sample_methods: list[str] | None = None
+    # ... and the others (the peers) on the first this many problems only (None: every problem): the
+    # comparison the certificate is about gets the problems it needs to show a point, the peers keep a
+    # table's size (sample 0 of each of these problems runs every method). Needs `sample_methods`.
+    peer_problems: int | None = Field(None, ge=1)
     max_tokens: int = Field(400, ge=1)
     chat_template_kwargs: dict[str, Any] = Field(default_factory=dict)
     # SpecExit: ExitConfig overrides (None: the server defaults = the draft's exit_defaults) ...
@@ -167,6 +171,8 @@ class EvalConfig(StrictModel):
             d.pop("efforts", None)
         if self.peer_probe_problems is None:  # and probing every problem's peer candidates
             d.pop("peer_probe_problems", None)
+        if self.peer_problems is None:  # and the peers on every problem
+            d.pop("peer_problems", None)
         if self.samples == 1 and self.sample_methods is None:  # and one sample per problem
             d.pop("samples", None)
             d.pop("sample_methods", None)
@@ -190,6 +196,8 @@ class EvalConfig(StrictModel):
                 raise ValueError(
                     f"sample_methods {self.sample_methods} must be a non-empty subset of methods {self.methods}"
                 )
+        if self.peer_problems is not None and self.sample_methods is None:
+            raise ValueError("peer_problems needs sample_methods: the methods that run on every problem")
         return self
 
     @field_validator("efforts")
@@ -250,11 +258,12 @@ class EvalConfig(StrictModel):
         """How many samples of each problem run at `temperature` (greedy: one)."""
         return self.samples if temperature > 0 else 1
 
-    def methods_for_sample(self, sample: int) -> list[str]:
+    def methods_for_sample(self, sample: int, peers: bool = True) -> list[str]:
         """The methods run on sample `sample` of a problem, in run order (`run_methods`): all of them on
-        sample 0, `sample_methods` (with eagle3 where the oracle runs) on the others."""
+        sample 0, `sample_methods` (with eagle3 where the oracle runs) on the others, and on every sample
+        of a problem past `peer_problems` (`peers` False)."""
         ms = self.run_methods()
-        if sample == 0 or self.sample_methods is None:
+        if (sample == 0 and peers) or self.sample_methods is None:
             return ms
         keep = set(self.sample_methods) | ({"eagle3"} if "oracle" in self.sample_methods else set())
         return [m for m in ms if m in keep]

@@ -403,10 +403,16 @@ def run_evaluation(cfg: EvalConfig) -> dict:
         res = {"num_gpus": cfg.engine.tensor_parallel_size} if gpu else {"num_cpus": 1}
         timed = timed_ids(problems, cfg.latency_problems)
         probed = first_ids(problems, cfg.peer_probe_problems)  # where the peers' candidates are probed
+        peered = first_ids(problems, cfg.peer_problems)  # where the peers run at all
         actors, batch = actor_plan(cfg, env, gpu, len(todo))
         log.info("evaluate: %d engine actor(s), %d problems per batch", actors, batch)
         ds = map_over_actors(
-            spread_timed([{**p, "timed": p["id"] in timed, "peer_probe": p["id"] in probed} for p in todo]),
+            spread_timed(
+                [
+                    {**p, "timed": p["id"] in timed, "peer_probe": p["id"] in probed, "peers": p["id"] in peered}
+                    for p in todo
+                ]
+            ),
             EvalWorker,
             {"cfg_json": cfg.model_dump_json(), "env": env, "actors": actors},
             actors=actors,

@@ -236,9 +236,9 @@ class EvalWorker:
             return None, None, [error_row(pid, bad, prompt=row["prompt"], gold=row.get("gold"))]
         return prompt, ref, None
 
-    def _jobs(self, temp: float, sample: int = 0) -> list[tuple[str, str]]:
+    def _jobs(self, temp: float, sample: int = 0, peers: bool = True) -> list[tuple[str, str]]:
         jobs: list[tuple[str, str]] = []
-        for m in self.cfg.methods_for_sample(sample):
+        for m in self.cfg.methods_for_sample(sample, peers):
             if m == "budget":
                 jobs += [("budget", str(b)) for b in self.cfg.budgets_at(temp)]
             elif m == "effort":
@@ -261,8 +261,11 @@ class EvalWorker:
             "budget": budget_extra(int(setting) if setting else 0),
         }[m]
 
-    def _replayed(self, temp: float) -> list[tuple[str, str]]:
-        """The budget jobs taken from the EAGLE-3 greedy trace at `temp` (`budget_sweep_greedy`)."""
+    def _replayed(self, temp: float, methods: list[str] | None = None) -> list[tuple[str, str]]:
+        """The budget jobs taken from the EAGLE-3 greedy trace at `temp` (`budget_sweep_greedy`), where
+        `methods` (default: every method of the run) include the budget."""
+        if "budget" not in (self.methods if methods is None else methods):
+            return []
         return [("budget", str(b)) for b in self.cfg.budgets_replayed(temp)]
 
     def _replay(self, prompt: list[int], eagle: Result, setting: str):
@@ -290,19 +293,25 @@ class EvalWorker:
         return row["id"], row.get("sample", 0)
 
     def _batched(
-        self, problems: list[tuple[dict, list[int]]], temp: float, only: set | None = None, sample: int = 0
+        self,
+        problems: list[tuple[dict, list[int]]],
+        temp: float,
+        only: set | None = None,
+        sample: int = 0,
+        peers: bool = True,
     ) -> dict:
         """{(problem id, sample): {(method, setting): Result}}: every single-request method over
         `problems`, one generate per method, and DEER / Dynasor with all problems' request loops in
         lockstep (one generate per round); a failing method is left out (it then runs per problem).
         `only`: just these (method, setting) jobs. `sample`: 0 (every method) or any further one (the
-        rows are then further samples, of any index, and run `sample_methods`)."""
+        rows are then further samples, of any index, and run `sample_methods`). `peers`: False for
+        problems past `peer_problems` (they run `sample_methods` too)."""
         out: dict = {self._key(row): {} for row, _ in problems}
         if not problems:
             return out
-        methods = self.cfg.methods_for_sample(sample)
-        replayed = self._replayed(temp)
-        for m, setting in self._jobs(temp, sample):
+        methods = self.cfg.methods_for_sample(sample, peers)
+        replayed = self._replayed(temp, methods)
+        for m, setting in self._jobs(temp, sample, peers):
             if m not in SINGLE_REQUEST or (only is not None and (m, setting) not in only) or (m, setting) in replayed:
                 continue
             gen = self.plain if m == "plain" else self.spec
@@ -409,14 +418,14 @@ class EvalWorker:
         """Every method on one problem, in a shuffled order; `pre`: results of batched runs to use;
         `timed_here`: False marks its rows as left out of the latency means."""
         cfg, ids = self.cfg, self.ids
-        sample = row.get("sample", 0)
+        sample, peers = row.get("sample", 0), row.get("peers", True)
         seed = self._seed(pid, temp, sample)
         common = dict(max_tokens=cfg.max_tokens, temperature=temp, seed=seed)
         decode = lambda t: self.tok.decode(t, skip_special_tokens=False)  # noqa: E731
         rows, eagle = [], None
         pre = pre or {}
-        replayed = [j for j in self._replayed(temp) if j not in pre]
-        jobs = method_order([j for j in self._jobs(temp, sample) if j not in replayed], seed)
+        replayed = [j for j in self._replayed(temp, cfg.methods_for_sample(sample, peers)) if j not in pre]
+        jobs = method_order([j for j in self._jobs(temp, sample, peers) if j not in replayed], seed)
         for m, setting in jobs + replayed:  # the replayed sweep points last: they read the eagle3 trace
             try:
                 gen = self.plain if m == "plain" else self.spec
@@ -580,13 +589,15 @@ class EvalWorker:
             else:
                 todo.append((r, prompt, ref))
         untimed = [(r, p) for r, p, _ in todo if not r.get("timed", True)]
-        pre = {t: self._batched(untimed, t) for t in self.cfg.temperatures}
+        pre = {t: self._batched([x for x in untimed if x[0].get("peers", True)], t) for t in self.cfg.temperatures}
+        for t in self.cfg.temperatures:  # the problems past `peer_problems`: the sample methods only
+            pre[t].update(self._batched([x for x in untimed if not x[0].get("peers", True)], t, peers=False))
         for t in self.cfg.temperatures:  # the further samples at a sampled temperature: all batched
             further = [({**r, "sample": j}, p) for r, p, _ in todo for j in range(1, self.cfg.samples_at(t))]
             pre[t].update(self._batched(further, t, sample=1))
         # on the timed problems too, the budget sweep's other points only draw the accuracy-vs-tokens
         # curve: batched; only the budget chosen on dev is timed like every method
-        timed = [(r, p) for r, p, _ in todo if r.get("timed", True)]
+        timed = [(r, p) for r, p, _ in todo if r.get("timed", True) and r.get("peers", True)]
         for t in self.cfg.temperatures:
             sweep_only = {("budget", str(b)) for b in self.cfg.budgets_at(t) if b != self.cfg.budget_chosen}
             sweep_only -= set(self._replayed(t))  # those follow each problem's eagle3 run (`_methods`)

@@ -1,5 +1,7 @@
 """`python -m pipelines.evaluate` end to end: real Ray Data job, real vLLM CPU engines, the toy teacher and
-its SpecExit draft, a handful of problems (plus bad rows) at T=0 and T=0.6; then the report, a resume."""
+its SpecExit draft, a handful of problems (plus bad rows) at T=0 and T=0.6, two samples of the comparison's
+methods at T=0.6 and the peers on the first two problems (`samples`, `sample_methods`, `peer_problems`);
+then the report, a resume."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from support.paths import REPO_ROOT
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow(minutes=1.5)]
 METHODS = ["plain", "eagle3", "specexit", "specexit_paper", "budget", "deer", "dynasor", "nothink", "oracle"]
+CORE = ["eagle3", "specexit", "oracle"]  # `sample_methods`: every problem, 2 samples at T = 0.6; the peers on p0, p1
 FIELDS = ["accuracy", "think_tokens", "answer_tokens", "latency_s", "acceptance_length", "probe_requests"]
 
 
@@ -39,6 +42,7 @@ def run(tmp_path_factory):
     cfg = yaml.safe_load((REPO_ROOT / "examples/toy/evaluate.yaml").read_text())
     # latency timed on p0 only: p1 and p2 take the batched path (one generate per single-request method)
     # budget 48 "chosen on dev": at T = 0 the sweep's other point (16) is replayed from the EAGLE-3 trace
+    # 2 samples at T = 0.6 of the comparison's methods (CORE), the peers on the first 2 problems only
     cfg.update(
         methods=METHODS,
         budget_sweep=[16, 48],
@@ -46,6 +50,9 @@ def run(tmp_path_factory):
         batch_size=4,
         temperatures=[0.0, 0.6],
         latency_problems=1,
+        samples=2,
+        sample_methods=CORE,
+        peer_problems=2,
     )
     cfg["input"] = {"kind": "jsonl", "path": str(src), "gold_column": "gold"}
     cfg["engine"]["model"] = str(REPO_ROOT / cfg["engine"]["model"])
@@ -78,7 +85,7 @@ def test_every_method_records_its_fields(run):
     for t, d in run["full"]["by_temperature"].items():
         for m in METHODS:
             r = d["methods"][m]
-            assert r["n"] == 3, (t, m)
+            assert r["n"] == ((3 if t == "0" else 6) if m in CORE else 2), (t, m)
             for f in FIELDS:
                 assert f in r, (t, m, f)
         assert d["methods"]["plain"]["acceptance_length"] is None  # no speculation
@@ -91,7 +98,21 @@ def test_every_method_records_its_fields(run):
             assert r["accuracy_ci95"][0] <= r["accuracy"] <= r["accuracy_ci95"][1]
             assert r["latency_n"] == 1 and r["latency_s"] > 0  # timed on p0 only
             assert (m == "eagle3") == ("accuracy_vs_eagle3" not in r), m
+            if m != "eagle3":  # paired with eagle3 on what both answered: the peers on p0, p1 (sample 0)
+                assert r["accuracy_vs_eagle3"]["problems"] == (3 if m in CORE else 2), (t, m)
+                assert r["accuracy_vs_eagle3"]["n"] == r["n"], (t, m)
     assert set(run["full"]["by_temperature"]) == {"0", "0.6"}
+
+
+def test_the_peers_run_on_the_first_peer_problems_only(run):
+    ok = [r for r in run["rows"] if r["status"] == "ok"]
+    by = {}
+    for r in ok:
+        by.setdefault(r["problem_id"], set()).add(r["id"].split("/", 1)[1])
+    peers = {f"{m}" for m in METHODS if m != "budget"} | {"budget/16", "budget/48"}
+    for pid in ("p0", "p1"):
+        assert by[pid] == {f"T0/{m}" for m in peers} | {f"T0.6/{m}" for m in peers} | {f"T0.6/s1/{m}" for m in CORE}
+    assert by["p2"] == {f"T0/{m}" for m in CORE} | {f"T0.6/{m}" for m in CORE} | {f"T0.6/s1/{m}" for m in CORE}
 
 
 def _replayed(r: dict) -> bool:
@@ -107,7 +128,7 @@ def test_untimed_problems_run_batched(run):
             if _replayed(r):  # at T = 0 from the eagle3 trace: at most one request
                 assert info["replayed"] and r["requests"] in (0, 1)
             continue
-        if r["problem_id"] == "p0":
+        if r["problem_id"] == "p0" and not info.get("sample"):  # latency is timed on sample 0
             assert r["latency_s"] > 0 and "timed" not in info
         else:
             assert info["timed"] is False
@@ -122,12 +143,16 @@ def test_method_invariants(run):
     ok = [r for r in run["rows"] if r["status"] == "ok"]
     by = {}
     for r in ok:
-        by.setdefault((r["problem_id"], r["temperature"]), {})[(r["method"], r["setting"])] = r
-    for (_pid, t), d in by.items():
+        sample = json.loads(r["info"]).get("sample", 0)
+        by.setdefault((r["problem_id"], r["temperature"], sample), {})[(r["method"], r["setting"])] = r
+    for (_pid, t, _sample), d in by.items():
+        assert d[("oracle", "")]["think_tokens"] <= d[("eagle3", "")]["think_tokens"]
+        if ("nothink", "") not in d:  # p2 and the further samples: the comparison's methods only
+            assert set(d) == {(m, "") for m in CORE}
+            continue
         assert d[("nothink", "")]["think_tokens"] == 0
         for b in (16, 48):
             assert d[("budget", str(b))]["think_tokens"] <= b
-        assert d[("oracle", "")]["think_tokens"] <= d[("eagle3", "")]["think_tokens"]
         assert d[("dynasor", "")]["probe_requests"] > 0
         for m in ("plain", "eagle3", "specexit", "specexit_paper", "nothink"):
             assert d[(m, "")]["probe_requests"] == 0 and d[(m, "")]["requests"] == 1
@@ -143,13 +168,15 @@ def test_replayed_greedy_sweep_point_equals_the_generated_one(run, tmp_path):
     what the engine's `max_think_tokens` generates: the same problems, `budget_sweep_greedy: generate`."""
     cfg = yaml.safe_load(run["cfg"].read_text())
     cfg.update(methods=["eagle3", "budget"], temperatures=[0.0], budget_sweep_greedy="generate", latency_problems=0)
+    for k in ("samples", "sample_methods", "peer_problems"):
+        cfg.pop(k)
     path = tmp_path / "generate.yaml"
     path.write_text(yaml.safe_dump(cfg))
     out = tmp_path / "out"
     run_json([sys.executable, "-m", "pipelines.evaluate", "--config", str(path), "--output", str(out)], timeout=600)
     generated = {r["id"]: r for f in out.glob("part-*.parquet") for r in pq.read_table(f).to_pylist()}
     replayed = {r["id"]: r for r in run["rows"] if r["status"] == "ok" and _replayed(r)}
-    assert len(replayed) == 3 and any(r["requests"] == 1 for r in replayed.values())  # some traces were cut
+    assert len(replayed) == 2 and any(r["requests"] == 1 for r in replayed.values())  # some traces were cut
     for rid, r in replayed.items():
         g = generated[rid]
         assert "replayed" not in json.loads(g["info"])

@@ -321,6 +321,52 @@ def test_further_samples_run_the_sample_methods_batched_with_their_own_seeds(tmp
     assert w._row_seed({"id": "p1", "sample": 1}, 0.6) == w._seed("p1", 0.6, 1) != w._seed("p1", 0.6)
 
 
+def test_problems_past_peer_problems_run_the_sample_methods_only(tmp_path):
+    """`peer_problems`: the peers (the methods outside `sample_methods`) run on the problems the job marks
+    (`peers`, the first N); the others run the sample methods on every sample, timed or batched, and the
+    greedy budget sweep replayed from the EAGLE-3 trace skips them too."""
+    methods = ["plain", "eagle3", "specexit", "budget", "nothink", "oracle"]
+    w = _worker(tmp_path, methods)
+    w.cfg = w.cfg.model_copy(
+        update={"samples": 2, "sample_methods": ["specexit", "oracle"], "peer_problems": 2, "budget_chosen": 8}
+    )
+    problems = [
+        {
+            "id": f"p{i}",
+            "prompt": "Compute from left to right : 3 + 4",
+            "gold": "7",
+            "timed": i in (0, 2),
+            "peers": i < 2,
+        }
+        for i in range(4)
+    ]  # p0 timed with peers, p1 batched with peers, p2 timed without, p3 batched without
+    w(pa.Table.from_pylist(problems))
+    rows = [r for f in (tmp_path / "out").glob("part-*.parquet") for r in pq.read_table(f).to_pylist()]
+    assert all(r["status"] == "ok" for r in rows)
+    got: dict = {}
+    for r in rows:
+        got.setdefault(r["problem_id"], set()).add(r["id"].split("/", 1)[1])
+    full = {f"{m}" for m in ("plain", "eagle3", "specexit", "nothink", "oracle", "budget/8", "budget/16")}
+    core = {"eagle3", "specexit", "oracle"}
+    for pid in ("p0", "p1"):  # every method at T = 0 and on sample 0 at T = 0.6, the sample methods on sample 1
+        assert got[pid] == {f"T0/{m}" for m in full} | {f"T0.6/{m}" for m in full} | {f"T0.6/s1/{m}" for m in core}
+    for pid in ("p2", "p3"):
+        assert got[pid] == {f"T0/{m}" for m in core} | {f"T0.6/{m}" for m in core} | {f"T0.6/s1/{m}" for m in core}
+    timed = {r["problem_id"] for r in rows if r["latency_s"] is not None}
+    assert timed == {"p0", "p2"}  # p2 is timed, on its sample methods
+
+
+def test_peer_problems_needs_sample_methods():
+    base = dict(output="o", engine={"model": "m"}, draft="d", methods=["eagle3", "specexit", "deer"])
+    with pytest.raises(ValueError, match="peer_problems needs sample_methods"):
+        EvalConfig(**base, peer_problems=10)
+    cfg = EvalConfig(**base, samples=2, sample_methods=["specexit"], peer_problems=10)
+    assert cfg.methods_for_sample(0, peers=False) == ["specexit"] == cfg.methods_for_sample(1)
+    assert cfg.methods_for_sample(0) == ["eagle3", "specexit", "deer"]
+    assert "peer_problems" not in EvalConfig(**base).model_dump()  # the run identity of earlier runs
+    assert cfg.model_dump()["peer_problems"] == 10
+
+
 def test_sample_methods_must_be_run_methods():
     base = dict(output="o", engine={"model": "m"}, draft="d", methods=["eagle3", "specexit", "oracle"])
     assert EvalConfig(**base, sample_methods=["specexit"]).methods_for_sample(1) == ["specexit"]
