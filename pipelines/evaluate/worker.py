@@ -13,6 +13,7 @@ rows of a problem together: the unit of resume).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -48,6 +49,9 @@ from pipelines.evaluate.order import method_order
 from pipelines.evaluate.samples import sample_info
 from specexit_core.vllm_env import THREADS_BIND_ENV, bind_this_process, claim_core_set
 
+# single-request methods on the EAGLE-3 engine with the think prompt, told apart only by their SpecExit
+# controls: two of them that send the same controls send the same request (`EvalWorker._request_key`)
+SHAREABLE = ("eagle3", "specexit", "specexit_paper", "specexit_default", "effort")
 _ids = pa.list_(pa.int32())
 _f32 = pa.list_(pa.float32())
 EVAL = pa.schema(
@@ -261,6 +265,24 @@ class EvalWorker:
             "budget": budget_extra(int(setting) if setting else 0),
         }[m]
 
+    def _request_key(self, m: str, setting: str, temp: float) -> str | None:
+        """What a single-request job on the EAGLE-3 engine sends besides the prompt, sampling and seed
+        (every method of a problem-sample shares those): its SpecExit controls. Jobs with one key send
+        the same request, so one runs and the others take its result (`_shared`): an effort level
+        certified at the calibrated exit, or whose exit is off as EAGLE-3's (a request with
+        `enabled: false` gets no exit tracker at all, whatever its other fields). None: not such a job."""
+        if m not in SHAREABLE:
+            return None
+        extra = self._extra(m, setting, temp)
+        if extra is False or (isinstance(extra, dict) and extra.get("enabled") is False):
+            return "off"
+        return json.dumps(extra, sort_keys=True)  # None (the server's defaults) -> "null"
+
+    @staticmethod
+    def _shared(res: Result, job: tuple[str, str]) -> Result:
+        """Another job's result for a job that sends the same request, saying whose it is."""
+        return dataclasses.replace(res, info={**res.info, "same_request_as": "/".join(filter(None, job))})
+
     def _replayed(self, temp: float, methods: list[str] | None = None) -> list[tuple[str, str]]:
         """The budget jobs taken from the EAGLE-3 greedy trace at `temp` (`budget_sweep_greedy`), where
         `methods` (default: every method of the run) include the budget."""
@@ -311,8 +333,16 @@ class EvalWorker:
             return out
         methods = self.cfg.methods_for_sample(sample, peers)
         replayed = self._replayed(temp, methods)
+        ran: dict = {}  # request key -> the job that sent it (`_request_key`)
         for m, setting in self._jobs(temp, sample, peers):
             if m not in SINGLE_REQUEST or (only is not None and (m, setting) not in only) or (m, setting) in replayed:
+                continue
+            key = self._request_key(m, setting, temp)
+            if key in ran:  # the same request ran for another job: its results, not a second generate
+                for row, _ in problems:
+                    got = out[self._key(row)]
+                    if ran[key] in got:
+                        got[(m, setting)] = self._shared(got[ran[key]], ran[key])
                 continue
             gen = self.plain if m == "plain" else self.spec
             try:
@@ -334,6 +364,8 @@ class EvalWorker:
                 continue
             for (row, _), r in zip(problems, res):
                 out[self._key(row)][(m, setting)] = r
+            if key is not None:
+                ran[key] = (m, setting)
         if only is not None:
             return out
         with_eagle = [(row, p) for row, p in problems if ("eagle3", "") in out[self._key(row)]]
@@ -426,13 +458,17 @@ class EvalWorker:
         pre = pre or {}
         replayed = [j for j in self._replayed(temp, cfg.methods_for_sample(sample, peers)) if j not in pre]
         jobs = method_order([j for j in self._jobs(temp, sample, peers) if j not in replayed], seed)
+        ran: dict = {}  # request key -> (job, result) of this problem-sample (`_request_key`)
         for m, setting in jobs + replayed:  # the replayed sweep points last: they read the eagle3 trace
             try:
                 gen = self.plain if m == "plain" else self.spec
                 p = self._prompt(row["prompt"], think=False) if m == "nothink" else prompt
                 opened = self._opened(p)
+                key = self._request_key(m, setting, temp) if (m, setting) not in pre else None
                 if (m, setting) in pre:
                     res = pre[(m, setting)]
+                elif key in ran:  # the same request ran for another job of this problem-sample
+                    res = self._shared(*ran[key][::-1])
                 elif (m, setting) in replayed:
                     if eagle is None:
                         raise RuntimeError("the replayed budget needs the eagle3 trace, which failed")
@@ -446,6 +482,8 @@ class EvalWorker:
                 else:
                     extra = self._extra(m, setting, temp)
                     res = timed(gen, partial(single, gen, ids, p, opened=opened, extra=extra, **common))
+                    if key is not None:
+                        ran[key] = ((m, setting), res)
                 if not timed_here:  # latency is compared on the timed problems only
                     res.info["timed"] = False
                 res.info.update(sample_info(sample))

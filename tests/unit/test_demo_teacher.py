@@ -160,6 +160,8 @@ def test_calibration_and_evaluation_get_the_demo_sizes(teacher, quick, monkeypat
 
     assert e.samples == cfg.eval_samples == (4 if teacher == "toy" and not quick else 1)
     assert e.sample_methods == (list(EVAL_SAMPLE_METHODS) if e.samples > 1 else None)
+    # the toy's full run: the peers on the first 100 of its 250 problems
+    assert e.peer_problems == (100 if teacher == "toy" and not quick else None)
     # the effort levels: a row each, but in the realistic teachers' quick runs
     assert ("effort" in e.methods) == (teacher == "toy" or not quick)
     assert e.efforts == ["minimal", "low", "medium", "high", "xhigh", "max"]

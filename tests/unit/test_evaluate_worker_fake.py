@@ -442,3 +442,35 @@ def test_an_effort_level_resolves_from_the_calibrated_file_and_the_draft(tmp_pat
     assert "effort" not in plain.methods  # opt-in
     # without the effort method the dump (a run's identity) is what it was before efforts existed
     assert "efforts" not in plain.model_dump() and "efforts" in cfg.model_dump()
+
+
+def test_jobs_that_send_the_same_request_run_it_once(tmp_path):
+    """An effort level certified at the calibrated exit sends what `specexit` sends, and one whose exit is
+    off (`enabled: false`: the engine keeps no tracker for it) what `eagle3` sends: one generate each,
+    timed or batched; the rows say whose result they carry."""
+    w = _worker(tmp_path, ["eagle3", "specexit", "effort"])
+    w.cfg = w.cfg.model_copy(update={"efforts": ["low", "high", "max"]})
+    w.effort_exit = {}
+    for t in w.cfg.temperatures:
+        w.effort_exit[("low", t)] = {"enabled": True, "method": "confidence", "confidence_threshold": 0.3}
+        w.effort_exit[("high", t)] = dict(w.exit[t])  # the calibrated exit itself
+        w.effort_exit[("max", t)] = {"enabled": False, "method": "confidence", "confidence_threshold": 0.9}
+    problems = [
+        {"id": f"p{i}", "prompt": "Compute from left to right : 3 + 4", "gold": "7", "timed": i == 0} for i in range(3)
+    ]
+    w(pa.Table.from_pylist(problems))
+    rows = {r["id"]: r for f in (tmp_path / "out").glob("part-*.parquet") for r in pq.read_table(f).to_pylist()}
+    assert len(rows) == 3 * 2 * 5 and all(r["status"] == "ok" for r in rows.values())
+    for pid in ("p0", "p1", "p2"):
+        for t in ("0", "0.6"):
+            info = {k: json.loads(r["info"]) for k, r in rows.items() if k.startswith(f"{pid}/T{t}/")}
+            assert "same_request_as" not in info[f"{pid}/T{t}/effort/low"]
+            for k, m in (("effort/high", "specexit"), ("effort/max", "eagle3")):  # whichever ran first
+                a, b = f"{pid}/T{t}/{k}", f"{pid}/T{t}/{m}"
+                assert {info[a].get("same_request_as"), info[b].get("same_request_as")} in ({m, None}, {k, None})
+                assert rows[a]["completion_token_ids"] == rows[b]["completion_token_ids"]
+                assert rows[a]["latency_s"] == rows[b]["latency_s"]
+    # three requests per problem and temperature, not five: batched for p1, p2 (one generate each), one
+    # at a time for the timed p0
+    assert w.spec.requests == 3 * 2 * 3
+    assert sorted(n for n, _ in w.spec.calls) == [1] * 6 + [2] * 6
