@@ -43,8 +43,11 @@ def run(tmp_path_factory):
     # latency timed on p0 only: p1 and p2 take the batched path (one generate per single-request method)
     # budget 48 "chosen on dev": at T = 0 the sweep's other point (16) is replayed from the EAGLE-3 trace
     # 2 samples at T = 0.6 of the comparison's methods (CORE), the peers on the first 2 problems only
+    # two effort levels that resolve to one exit here (no calibrated levels: both the draft's default), so
+    # they send one request: it runs once and the other level's row takes its result
     cfg.update(
-        methods=METHODS,
+        methods=[*METHODS, "effort"],
+        efforts=["low", "high"],
         budget_sweep=[16, 48],
         budget_chosen=48,
         batch_size=4,
@@ -104,12 +107,25 @@ def test_every_method_records_its_fields(run):
     assert set(run["full"]["by_temperature"]) == {"0", "0.6"}
 
 
+def test_jobs_sending_the_same_request_run_it_once(run):
+    ok = {r["id"]: r for r in run["rows"] if r["status"] == "ok"}
+    pairs = 0
+    for pid in ("p0", "p1"):  # the effort rows are peers here: the first two problems
+        for t in ("0", "0.6"):
+            low, high = ok[f"{pid}/T{t}/effort/low"], ok[f"{pid}/T{t}/effort/high"]
+            shared = {json.loads(low["info"]).get("same_request_as"), json.loads(high["info"]).get("same_request_as")}
+            assert shared in ({"effort/low", None}, {"effort/high", None}), (pid, t)  # whichever ran first
+            assert low["completion_token_ids"] == high["completion_token_ids"] and low["latency_s"] == high["latency_s"]
+            pairs += 1
+    assert pairs == 4
+
+
 def test_the_peers_run_on_the_first_peer_problems_only(run):
     ok = [r for r in run["rows"] if r["status"] == "ok"]
     by = {}
     for r in ok:
         by.setdefault(r["problem_id"], set()).add(r["id"].split("/", 1)[1])
-    peers = {f"{m}" for m in METHODS if m != "budget"} | {"budget/16", "budget/48"}
+    peers = {f"{m}" for m in METHODS if m != "budget"} | {"budget/16", "budget/48", "effort/low", "effort/high"}
     for pid in ("p0", "p1"):
         assert by[pid] == {f"T0/{m}" for m in peers} | {f"T0.6/{m}" for m in peers} | {f"T0.6/s1/{m}" for m in CORE}
     assert by["p2"] == {f"T0/{m}" for m in CORE} | {f"T0.6/{m}" for m in CORE} | {f"T0.6/s1/{m}" for m in CORE}
