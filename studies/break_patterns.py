@@ -8,7 +8,8 @@ collapsed ('01': wrong, then right to the end; '010': right, then a slip the tra
 With drafts, each one's confidence along the same tokens (the target in transformers, teacher-forced: what the
 engine records, `signal_ablation.py`), on the '01' traces: the confidence at the last wrong break, at the
 first right one and at the one after, and how many breaks after the turn the raw confidence first passes
-each threshold (negative: before the answer is right, an exit there loses it).
+each threshold (negative: before the answer is right, an exit there loses it), and the text of the step that
+ends at each early pass of 0.5 (`early_steps`: what the thinking says where the confidence rises too soon).
 """
 
 from __future__ import annotations
@@ -59,6 +60,14 @@ def around_the_turn(traces: list[dict]) -> dict:
             first = next((i for i, c in enumerate(conf) if c > t), None)
             lag[t].append(None if first is None else first - k)
 
+    early = [
+        {"id": tr["id"], "break": i, "turn": turn_index(tr["outcomes"]), "step": tr["step_text"](i)}
+        for tr in traces
+        if pattern(tr["outcomes"]) == "01" and "step_text" in tr
+        for i in [next((j for j, b in enumerate(tr["boundaries"]) if tr["signals"][b][0] > 0.5), None)]
+        if i is not None and i < turn_index(tr["outcomes"])
+    ]
+
     def dist(x: list) -> dict:
         done = [v for v in x if v is not None]
         return {
@@ -77,6 +86,7 @@ def around_the_turn(traces: list[dict]) -> dict:
             "next_break": float(np.mean(after)) if after else None,
         },
         "first_pass_vs_turn": {str(t): dist(v) for t, v in lag.items()},
+        "early_steps": early,
     }
 
 
@@ -99,17 +109,26 @@ def main() -> None:
     if a.draft:
         import torch
         from signal_ablation import held_out_traces
-        from transformers import AutoModelForCausalLM
+        from transformers import AutoModelForCausalLM, AutoTokenizer
 
         from specexit_core.teachers.model_ref import resolve_model
 
         target = AutoModelForCausalLM.from_pretrained(resolve_model(a.target), dtype=torch.float32).eval()
+        tok = AutoTokenizer.from_pretrained(resolve_model(a.target))
+
+        def step_text(r: dict):
+            def text(i: int) -> str:  # the step that ends at break i, the break included
+                lo = r["boundaries"][i - 1] + 1 if i > 0 else r["think_start"]
+                return tok.decode(r["completion_token_ids"][lo : r["boundaries"][i] + 1]).strip()
+
+            return text
+
         res["drafts"] = {}
         for spec in a.draft:
             name, _, path = spec.partition("=")
             traces = held_out_traces(Path(path), target, rows)
             for tr, r in zip(traces, rows):
-                tr.update(boundaries=r["boundaries"], outcomes=r["probe_outcomes"])
+                tr.update(boundaries=r["boundaries"], outcomes=r["probe_outcomes"], step_text=step_text(r))
             res["drafts"][name] = {"draft": path, "around_the_turn": around_the_turn(traces)}
     res["provenance"] = provenance(" ".join(sys.argv))
     emit_result(res, a.out)

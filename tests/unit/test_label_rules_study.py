@@ -45,7 +45,13 @@ def test_break_patterns_and_the_turn():
     signals = [(c, 0.0, 0.0) for c in (0.1, 0.2, 0.3, 0.9, 0.95, 0.4, 0.6)]
     traces = [
         {"signals": signals, "boundaries": [1, 3, 4], "outcomes": [0.0, 1.0, 1.0]},  # passes 0.5 at the turn
-        {"signals": signals, "boundaries": [3, 5, 6], "outcomes": [0.0, 0.0, 1.0]},  # early at 0.5, never at 0.9
+        {  # early at 0.5 (break 0, the turn at break 2), never at 0.9
+            "id": "e",
+            "signals": signals,
+            "boundaries": [3, 5, 6],
+            "outcomes": [0.0, 0.0, 1.0],
+            "step_text": lambda i: f"step {i}",
+        },
         {"signals": signals, "boundaries": [1, 2, 3], "outcomes": [1.0, 0.0, 1.0]},  # a slip: not an '01' trace
     ]
     res = mod.around_the_turn(traces)
@@ -59,3 +65,4 @@ def test_break_patterns_and_the_turn():
         "late": 0,
     }
     assert res["first_pass_vs_turn"]["0.9"]["never"] == 1 and res["first_pass_vs_turn"]["0.9"]["late"] == 1
+    assert res["early_steps"] == [{"id": "e", "break": 0, "turn": 2, "step": "step 0"}]
