@@ -28,6 +28,7 @@ from pipelines.common.parts import read_all  # noqa: E402
 from pipelines.common.provenance import emit_result, provenance  # noqa: E402
 
 THRESHOLDS = (0.5, 0.6, 0.7, 0.8, 0.9)
+EARLY_AT = 0.5  # the threshold whose early passes `early_steps` quotes
 
 
 def pattern(outcomes: list[float]) -> str:
@@ -46,7 +47,7 @@ def turn_index(outcomes: list[float]) -> int:
 def around_the_turn(traces: list[dict]) -> dict:
     """On '01' traces with at least one wrong break: the confidence around the turn, and the lead or lag
     (in breaks) of the first break whose confidence passes each threshold."""
-    before, at, after, lag = [], [], [], {t: [] for t in THRESHOLDS}
+    before, at, after, lag, early = [], [], [], {t: [] for t in THRESHOLDS}, []
     for tr in traces:
         if pattern(tr["outcomes"]) != "01":
             continue
@@ -59,14 +60,8 @@ def around_the_turn(traces: list[dict]) -> dict:
         for t in THRESHOLDS:
             first = next((i for i, c in enumerate(conf) if c > t), None)
             lag[t].append(None if first is None else first - k)
-
-    early = [
-        {"id": tr["id"], "break": i, "turn": turn_index(tr["outcomes"]), "step": tr["step_text"](i)}
-        for tr in traces
-        if pattern(tr["outcomes"]) == "01" and "step_text" in tr
-        for i in [next((j for j, b in enumerate(tr["boundaries"]) if tr["signals"][b][0] > 0.5), None)]
-        if i is not None and i < turn_index(tr["outcomes"])
-    ]
+            if t == EARLY_AT and first is not None and first < k and "step_text" in tr:
+                early.append({"id": tr["id"], "break": first, "turn": k, "step": tr["step_text"](first)})
 
     def dist(x: list) -> dict:
         done = [v for v in x if v is not None]

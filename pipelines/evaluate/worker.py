@@ -50,8 +50,9 @@ from pipelines.evaluate.samples import sample_info
 from specexit_core.vllm_env import THREADS_BIND_ENV, bind_this_process, claim_core_set
 
 # single-request methods on the EAGLE-3 engine with the think prompt, told apart only by their SpecExit
-# controls: two of them that send the same controls send the same request (`EvalWorker._request_key`)
-SHAREABLE = ("eagle3", "specexit", "specexit_paper", "specexit_default", "effort")
+# controls: two of them that send the same controls send the same request (`EvalWorker._request_key`);
+# `plain` runs on the other engine, `nothink` on another prompt
+SHAREABLE = tuple(m for m in SINGLE_REQUEST if m not in ("plain", "nothink"))
 _ids = pa.list_(pa.int32())
 _f32 = pa.list_(pa.float32())
 EVAL = pa.schema(
