@@ -111,10 +111,10 @@ def train(recipe: dict, labels: Path, wd: Path, name: str, steps: int, changes: 
         output=str(wd / name / "draft"),
         storage_path=str(wd / "ray_train"),
         run_name=name,
-        steps=steps,
-        checkpoint_every=steps,
         warmup_steps=min(recipe.get("warmup_steps", 10), max(1, steps // 10)),
         **changes,
+        steps=steps,
+        checkpoint_every=steps,
     )
     path = wd / name / "train_draft.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -268,13 +268,18 @@ def main() -> None:
     for text in a.variant:
         name, changes = parse_variant(text)
         rule = changes.pop("confidence_label", "next_step")
-        summary = train(recipe, training_labels(wd, train_rows, rule), wd, name, a.steps, changes)
+        steps = changes.pop("steps", a.steps)  # a variant may train longer (`steps: 600`)
+        summary = train(recipe, training_labels(wd, train_rows, rule), wd, name, steps, changes)
         draft = wd / name / "draft"
         final = json.loads((draft / "specexit_train.json").read_text())["final_metrics"]
         traces = held_out_traces(draft, target, held)
         scores[name] = break_scores(traces)
         variants[name] = {
-            "changes": changes if rule == "next_step" else {**changes, "confidence_label": rule},
+            "changes": {
+                **changes,
+                **({} if rule == "next_step" else {"confidence_label": rule}),
+                **({} if steps == a.steps else {"steps": steps}),
+            },
             # the training's own time and last losses (a rerun finds the run finished: read from the export)
             "train_seconds": final["seconds"],
             "rerun_skipped_training": bool(summary.get("skipped")),

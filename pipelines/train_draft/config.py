@@ -15,7 +15,7 @@ class TrainDraftConfig(TrainRunBase):
 
     RUN_ONLY_KEYS: ClassVar[frozenset[str]] = TrainRunBase.RUN_ONLY_KEYS | {"init_draft", "bf16_autocast", "recompute"}
     # keys added after runs were first written, with their defaults (run_identity.config_identity)
-    ADDED_KEYS: ClassVar[dict[str, object]] = {"signal_weight": 1.0}
+    ADDED_KEYS: ClassVar[dict[str, object]] = {"signal_weight": 1.0, "end_weight": 1.0}
 
     aux_layer_ids: tuple[int, int, int] | None = None  # None: vLLM's default (2, L//2, L-3)
     draft_vocab_size: int | None = Field(None, ge=1)  # required unless init_draft gives it
@@ -39,6 +39,10 @@ class TrainDraftConfig(TrainRunBase):
     weighting: Literal["uncertainty", "ratio", "fixed"] = "uncertainty"
     # With `weighting: fixed`, each signal loss's weight against the token loss (#44 item 3's lever)
     signal_weight: float = Field(1.0, ge=0)
+    # The confidence loss of the think tokens in the second half of the thinking (progress label >= 0.5)
+    # weighs this much against the first half's (1: every think token alike): the breaks near the end,
+    # where the exit decides, against the many early ones (#44 item 3's balancing lever)
+    end_weight: float = Field(1.0, gt=0)
     # Memory of the draft step ("auto": on when the workers train on GPUs; docs/runbook.md, "Draft
     # training memory and time"): bf16 autocast for the draft (weights, gradients and AdamW state stay fp32),
     # and recomputing each unroll step's decoder layer in backward instead of keeping it.

@@ -138,7 +138,13 @@ def train_loop(config: dict) -> None:
     recompute = auto_on_gpu(cfg.recompute, device.type)
     objective = SpecExitObjective(
         draft,
-        LossConfig(unroll=cfg.unroll, weighting=cfg.weighting, signal_weight=cfg.signal_weight, recompute=recompute),
+        LossConfig(
+            unroll=cfg.unroll,
+            weighting=cfg.weighting,
+            signal_weight=cfg.signal_weight,
+            end_weight=cfg.end_weight,
+            recompute=recompute,
+        ),
     ).to(device)
     opt = torch.optim.AdamW(
         [p for p in objective.parameters() if p.requires_grad], lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0

@@ -29,6 +29,9 @@ class LossConfig:
     step_decay: float = 0.8
     weighting: str = "uncertainty"  # "uncertainty" (learned log-variances) | "ratio" | "fixed"
     signal_weight: float = 1.0  # for "fixed"
+    # confidence loss weight of the think tokens whose progress label is >= END_FROM, against 1 for the
+    # others (1: every think token alike)
+    end_weight: float = 1.0
     # Recompute each unroll step's decoder layer during backward instead of keeping its
     # activations: activation memory of about one step instead of `unroll` steps, for one more
     # forward of the draft layer (see specexit_core/training/memory.py).
@@ -46,6 +49,8 @@ class LossConfig:
             raise ValueError(f"weighting must be uncertainty|ratio|fixed, got {self.weighting!r}")
         if self.loss_chunk_tokens < 1:
             raise ValueError("loss_chunk_tokens must be >= 1")
+        if self.end_weight <= 0:
+            raise ValueError(f"end_weight must be > 0, got {self.end_weight}")
 
 
 def _recomputed(fn, *args):
@@ -147,14 +152,19 @@ def ttt_token_loss(draft: SpecExitDraft, aux, input_ids, target_logits, loss_mas
     return total / weight_sum, metrics
 
 
-def signal_losses(raw: torch.Tensor, conf, prog, log_rem, mask) -> dict[str, torch.Tensor]:
-    """raw [B,T,3] fc signal rows; labels [B,T]; mask [B,T] bool (think tokens)."""
+END_FROM = 0.5  # `end_weight` applies from this progress label on: the second half of the thinking
+
+
+def signal_losses(raw: torch.Tensor, conf, prog, log_rem, mask, end_weight: float = 1.0) -> dict[str, torch.Tensor]:
+    """raw [B,T,3] fc signal rows; labels [B,T]; mask [B,T] bool (think tokens). `end_weight`: the
+    confidence term's weight on think tokens from END_FROM of the thinking on (a weighted mean)."""
     raw = raw.float()  # bf16 under autocast
     m = mask.float()
     denom = m.sum().clamp(min=1.0)
     bce = F.binary_cross_entropy_with_logits
+    wc = m if end_weight == 1.0 else m * torch.where(prog >= END_FROM, end_weight, 1.0)
     return {
-        "confidence": (bce(raw[..., 0], conf, reduction="none") * m).sum() / denom,
+        "confidence": (bce(raw[..., 0], conf, reduction="none") * wc).sum() / wc.sum().clamp(min=1.0),
         "progress": (bce(raw[..., 1], prog, reduction="none") * m).sum() / denom,
         "remaining": (((raw[..., 2] - log_rem) ** 2) * m).sum() / denom,
     }

@@ -54,6 +54,7 @@ class SpecExitObjective(nn.Module):
                 batch.progress,
                 batch.log_remaining,
                 batch.think_mask & batch.attention_mask.bool(),
+                end_weight=self.cfg.end_weight,
             )
             total, wlogs = self.weighting(tok_loss, sig)
             logs.update({f"{k}_loss": v.item() for k, v in sig.items()}, **wlogs)

@@ -12,7 +12,14 @@ from specexit_core.draft.config import SPECEXIT_ARCH, STOCK_ARCH, DraftConfig
 from specexit_core.draft.model import DraftKV, SpecExitDraft
 from specexit_core.draft.vocab import build_draft_vocab
 from specexit_core.training import ttt_attention
-from specexit_core.training.loss import DynamicWeighting, LossConfig, ttt_token_loss, ttt_unroll
+from specexit_core.training.loss import (
+    END_FROM,
+    DynamicWeighting,
+    LossConfig,
+    signal_losses,
+    ttt_token_loss,
+    ttt_unroll,
+)
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -394,3 +401,26 @@ def test_each_layer_variant_changes_the_drafts_and_has_vllms_tensors(variant):
         "fc_norm": {"fc_norm.0.weight", "fc_norm.1.weight", "fc_norm.2.weight"},
     }
     assert extra == set().union(*(want.get(k, set()) for k in variant))
+
+
+def test_end_weight_weighs_the_confidence_loss_of_the_thinkings_second_half():
+    """end_weight w: the confidence term is the mean over think tokens with those from END_FROM of the
+    thinking on counted w times; 1 is the plain mean; progress and remaining never change."""
+    g = torch.Generator().manual_seed(0)
+    raw = torch.randn(2, 6, 3, generator=g)
+    conf = (torch.rand(2, 6, generator=g) > 0.5).float()
+    prog = torch.tensor([[0.0, 0.2, 0.4, 0.6, 0.8, 0.0], [0.1, 0.5, 0.9, 0.0, 0.0, 0.0]])
+    log_rem = torch.randn(2, 6, generator=g)
+    mask = torch.tensor([[1, 1, 1, 1, 1, 0], [1, 1, 1, 0, 0, 0]], dtype=torch.bool)
+    per_token = torch.nn.functional.binary_cross_entropy_with_logits(raw[..., 0], conf, reduction="none")[mask]
+    late = prog[mask] >= END_FROM
+    plain = signal_losses(raw, conf, prog, log_rem, mask)
+    assert torch.allclose(plain["confidence"], per_token.mean())
+    heavy = signal_losses(raw, conf, prog, log_rem, mask, end_weight=4.0)
+    w = torch.where(late, 4.0, 1.0)
+    assert torch.allclose(heavy["confidence"], (per_token * w).sum() / w.sum())
+    assert not torch.allclose(heavy["confidence"], plain["confidence"])
+    for k in ("progress", "remaining"):
+        assert torch.equal(heavy[k], plain[k])
+    with pytest.raises(ValueError, match="end_weight"):
+        LossConfig(end_weight=0)

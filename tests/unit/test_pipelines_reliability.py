@@ -318,6 +318,9 @@ def test_train_run_identity_allows_more_steps_refuses_other_labels_or_lr(tmp_pat
         check_identity(run, ident(weighting="fixed", signal_weight=5.0), resuming=True, what="train_draft")
     with pytest.raises(ValueError, match="signal_weight applies with weighting: fixed"):
         ident(signal_weight=5.0)
+    assert "end_weight" not in ident()["config"]  # the same for end_weight
+    with pytest.raises(RunIdentityMismatch, match=r"config\.end_weight: \"<unset>\" -> 4\.0"):
+        check_identity(run, ident(end_weight=4.0), resuming=True, what="train_draft")
     with pytest.raises(RunIdentityMismatch, match=r"config\.lr: "):
         check_identity(run, ident(lr=1e-4), resuming=True, what="train_draft")
     write_part(labels, to_table([dict(empty_row(LABELS, "b", ""), status="ok", error=None)], LABELS))
