@@ -14,7 +14,10 @@ traces are of the problems the built-in teachers were built on (the toy task's t
 measures each draft on labels of other problems too (`on_test_labels`: e.g. the test split's). A
 variant is 'NAME=key: value, ...' over the recipe (a YAML flow mapping without its braces). One key is
 the study's own, not the recipe's: `confidence_label` trains on the same probes spread over the tokens by
-another rule (`CONFIDENCE_LABELS`); the measures always read the probes themselves.
+another rule (`CONFIDENCE_LABELS`); the measures always read the probes themselves. Two more are the
+study's: `steps` (a variant trained longer than `--steps`) and `more_traces` (a labels folder, or a list
+of them, whose rows join the training rows, ids already there or held out left out: the data-size lever,
+measured on the same held-out and test traces).
 
 Each draft runs over the held-out traces offline (the target in transformers, teacher-forced: the
 signals the engine would record along the same tokens) and is measured as `specexit signals` measures
@@ -86,12 +89,27 @@ def relabel(rows: list[dict], rule: str) -> list[dict]:
     return out
 
 
-def training_labels(wd: Path, rows: list[dict], rule: str) -> Path:
-    """The training rows' folder for a confidence rule (the labels job's own rows for next_step)."""
-    folder = wd / ("labels_train" if rule == "next_step" else f"labels_train_{rule}")
+def training_labels(wd: Path, rows: list[dict], rule: str, name: str | None = None) -> Path:
+    """The training rows' folder for a confidence rule (the labels job's own rows for next_step);
+    `name`: a variant's own rows (more traces), in its folder."""
+    folder = (
+        wd / name / "labels_train" if name else wd / ("labels_train" if rule == "next_step" else f"labels_train_{rule}")
+    )
     if not folder.exists():
         write_part(folder, pa.Table.from_pylist(relabel(rows, rule) if rule != "next_step" else rows, schema=LABELS))
     return folder
+
+
+def more_training_rows(folders: list[str], seen: set[str]) -> list[dict]:
+    """The ok rows of more labels folders whose ids are not in `seen` (the training and held-out rows),
+    each id once: the data-size lever (`more_traces`), with the same held-out and test traces."""
+    out = []
+    for f in folders:
+        for r in read_all(f).to_pylist():
+            if r["status"] == "ok" and r["id"] not in seen:
+                seen.add(r["id"])
+                out.append(r)
+    return out
 
 
 def parse_variant(text: str) -> tuple[str, dict]:
@@ -269,7 +287,11 @@ def main() -> None:
         name, changes = parse_variant(text)
         rule = changes.pop("confidence_label", "next_step")
         steps = changes.pop("steps", a.steps)  # a variant may train longer (`steps: 600`)
-        summary = train(recipe, training_labels(wd, train_rows, rule), wd, name, steps, changes)
+        more = changes.pop("more_traces", [])  # labels folders whose rows join the training rows
+        more_rows = more_training_rows([more] if isinstance(more, str) else more, {r["id"] for r in train_rows + held})
+        rows = train_rows + more_rows
+        labels = training_labels(wd, rows, rule, name if more_rows else None)
+        summary = train(recipe, labels, wd, name, steps, changes)
         draft = wd / name / "draft"
         final = json.loads((draft / "specexit_train.json").read_text())["final_metrics"]
         traces = held_out_traces(draft, target, held)
@@ -279,6 +301,7 @@ def main() -> None:
                 **changes,
                 **({} if rule == "next_step" else {"confidence_label": rule}),
                 **({} if steps == a.steps else {"steps": steps}),
+                **({"more_traces": more, "training_traces": len(rows)} if more_rows else {}),
             },
             # the training's own time and last losses (a rerun finds the run finished: read from the export)
             "train_seconds": final["seconds"],

@@ -66,3 +66,25 @@ def test_break_patterns_and_the_turn():
     }
     assert res["first_pass_vs_turn"]["0.9"]["never"] == 1 and res["first_pass_vs_turn"]["0.9"]["late"] == 1
     assert res["early_steps"] == [{"id": "e", "break": 0, "turn": 2, "step": "step 0"}]
+
+
+def test_more_traces_join_training_without_the_held_out_or_repeats(tmp_path):
+    """The data-size lever: rows of more labels folders join training, each id once, never one that is
+    trained on or held out already, never an error row."""
+    import pyarrow as pa
+
+    from pipelines.common.parts import write_part
+    from pipelines.common.schemas import LABELS, empty_row
+
+    mod = load_script("studies/signal_ablation.py")
+
+    def folder(name, ids, bad=()):
+        rows = [dict(empty_row(LABELS, i, ""), status="ok", error=None) for i in ids]
+        rows += [dict(empty_row(LABELS, i, ""), status="error", error="x") for i in bad]
+        write_part(tmp_path / name, pa.Table.from_pylist(rows, schema=LABELS))
+        return str(tmp_path / name)
+
+    a, b = folder("a", ["t1", "h1", "n1", "n2"], bad=["e1"]), folder("b", ["n2", "n3"])
+    got = mod.more_training_rows([a, b], {"t1", "h1"})
+    assert [r["id"] for r in got] == ["n1", "n2", "n3"]
+    assert mod.parse_variant("long=steps: 600, end_weight: 4") == ("long", {"steps": 600, "end_weight": 4})
