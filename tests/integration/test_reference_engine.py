@@ -12,7 +12,7 @@ from specexit_core.toy.teacher_eval import prompt_ids
 
 pytestmark = pytest.mark.slow(minutes=1.5)
 
-N_PROMPTS = 50
+N_PROMPTS = 24  # greedy: 22 of 24 exit and think 31% less (50 prompts: 41, 30%), for half the time
 OFF = ExitConfig(enabled=False)
 
 
