@@ -39,8 +39,8 @@ class TrainDraftConfig(TrainRunBase):
     weighting: Literal["uncertainty", "ratio", "fixed"] = "uncertainty"
     # With `weighting: fixed`, each signal loss's weight against the token loss (#44 item 3's lever)
     signal_weight: float = Field(1.0, ge=0)
-    # The confidence loss of the think tokens in the second half of the thinking (progress label >= 0.5)
-    # weighs this much against the first half's (1: every think token alike): the breaks near the end,
+    # The confidence loss of the think tokens in the second half of the thinking (progress label >=
+    # training.loss.END_FROM) weighs this much against the first half's (1: alike): the breaks near the end,
     # where the exit decides, against the many early ones (#44 item 3's balancing lever)
     end_weight: float = Field(1.0, gt=0)
     # Memory of the draft step ("auto": on when the workers train on GPUs; docs/runbook.md, "Draft
