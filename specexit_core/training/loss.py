@@ -162,7 +162,7 @@ def signal_losses(raw: torch.Tensor, conf, prog, log_rem, mask, end_weight: floa
     m = mask.float()
     denom = m.sum().clamp(min=1.0)
     bce = F.binary_cross_entropy_with_logits
-    wc = m if end_weight == 1.0 else m * torch.where(prog >= END_FROM, end_weight, 1.0)
+    wc = m * torch.where(prog >= END_FROM, end_weight, 1.0)  # end_weight 1: exactly m
     return {
         "confidence": (bce(raw[..., 0], conf, reduction="none") * wc).sum() / wc.sum().clamp(min=1.0),
         "progress": (bce(raw[..., 1], prog, reduction="none") * m).sum() / denom,

@@ -416,6 +416,10 @@ def test_end_weight_weighs_the_confidence_loss_of_the_thinkings_second_half():
     late = prog[mask] >= END_FROM
     plain = signal_losses(raw, conf, prog, log_rem, mask)
     assert torch.allclose(plain["confidence"], per_token.mean())
+    full = torch.nn.functional.binary_cross_entropy_with_logits(raw[..., 0], conf, reduction="none")
+    assert torch.equal(
+        plain["confidence"], (full * mask.float()).sum() / mask.float().sum()
+    )  # the old sum, bit for bit
     heavy = signal_losses(raw, conf, prog, log_rem, mask, end_weight=4.0)
     w = torch.where(late, 4.0, 1.0)
     assert torch.allclose(heavy["confidence"], (per_token * w).sum() / w.sum())
