@@ -38,9 +38,10 @@ MULTIPROCESSING_ENV = "VLLM_ENABLE_V1_MULTIPROCESSING"
 COMPILE_DISABLE_ENV = "TORCH_COMPILE_DISABLE"
 
 
-def in_process_engine_env() -> dict[str, str]:
-    """The environment that starts a process's offline vLLM engines in that process."""
-    return {MULTIPROCESSING_ENV: "0"}
+def in_process_engine_env(in_process: bool = True) -> dict[str, str]:
+    """The environment that starts a process's offline vLLM engines in that process (or, with
+    `in_process=False`, each in an engine-core process of its own, whatever the parent process set)."""
+    return {MULTIPROCESSING_ENV: "0" if in_process else "1"}
 
 
 def run_model_in_engine_core(vllm_config) -> bool:
@@ -81,11 +82,19 @@ def cpu_engine_env(kv_cache_gib: int = 1, threads_bind: str | None = None) -> di
 
 
 def apply_cpu_defaults(kv_cache_gib: int = 1) -> None:
-    """This process's CPU defaults, before it starts an engine. Idempotent; explicit user settings win."""
+    """This process's CPU defaults, before it starts an engine. Idempotent; explicit user settings win.
+
+    Its offline engines (`vllm.LLM`) run their engine core in this process (`in_process_engine_env`):
+    a separate engine-core process imports torch and vLLM again for nothing on CPU, ~12 s and ~12 CPU-s
+    per engine (six toy engines one after another: 110-120 s against 40-41 s,
+    docs/results/engine_start/in_process_offline_cpu.json); the engines' speed is the same. The async
+    engine (Serve replicas, `vllm serve`, Ray Data LLM) keeps its engine core in a process of its own
+    either way."""
     defaults = {
         "HF_HUB_OFFLINE": "1",
         "TOKENIZERS_PARALLELISM": "false",
         **cpu_engine_env(kv_cache_gib, engine_cores_bind()),
+        **in_process_engine_env(),
     }
     for k, v in defaults.items():
         os.environ.setdefault(k, v)

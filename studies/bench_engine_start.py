@@ -2,7 +2,8 @@
 
 * `--engine offline` (`LLM`, the pipeline stages): the engine core in processes of its own (vLLM's
   default: on CPU the engine core *and* a worker process, each importing torch and vLLM again) vs in
-  the caller's process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`: vLLM's uniprocess executor);
+  the caller's process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`: vLLM's uniprocess executor; what
+  `apply_cpu_defaults` sets since the offline engines run in process);
 * `--engine async` (`AsyncLLM`, as a Serve replica starts it): the engine core always has a process
   of its own; with the `mp` backend Ray Serve LLM passes on CPU it spawns a worker process too, with
   `run_model_in_engine_core` (specexit_core/vllm_env.py) it runs the model itself.
@@ -31,7 +32,7 @@ from specexit_core.vllm_env import THREADS_BIND_ENV, in_process_engine_env
 # layout -> (environment, model in the async engine's engine core)
 MODES = {
     "offline": {
-        "engine core in its own processes (default)": ({}, False),
+        "engine core in its own processes (vLLM's default)": (in_process_engine_env(False), False),
         "in process": (in_process_engine_env(), False),
     },
     "async": {

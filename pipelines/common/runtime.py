@@ -78,8 +78,8 @@ def engine_env(engine: EngineConfig, gpu: bool) -> dict[str, str]:
         env["HF_HUB_OFFLINE"] = "1"
     if not gpu:  # the driver's own binding, if the user set one, else every core
         env.update(cpu_engine_env(engine.cpu_kv_cache_gib, os.environ.get(THREADS_BIND_ENV) or all_cores_bind()))
-    if engine.engine_core_in_process(gpu):
-        env.update(in_process_engine_env())
+    # said either way: a worker inherits its raylet's environment, which may say the other
+    env.update(in_process_engine_env(engine.engine_core_in_process(gpu)))
     for k in ("VLLM_USE_V2_MODEL_RUNNER", "VLLM_PLUGINS", "HF_HOME", "HF_TOKEN"):
         if k in os.environ:  # pass through what the user set for the engines
             env[k] = os.environ[k]

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import random
 import statistics
 import tempfile
@@ -41,7 +42,7 @@ from specexit_core.toy.paths import DRAFT_DIR, TEACHER_DIR
 from specexit_core.toy.task import MAX_OPS, grade, problems
 from specexit_core.toy.traces import make_trace
 from specexit_core.typed_config import StrictModel
-from specexit_core.vllm_env import apply_cpu_defaults, toy_llm_kwargs
+from specexit_core.vllm_env import apply_cpu_defaults, in_process_engine_env, toy_llm_kwargs
 
 log = logging.getLogger("specexit.bench.kv")
 MAX_MODEL_LEN = 512  # the toy teacher's positions (toy_llm_kwargs)
@@ -300,6 +301,10 @@ def run_pressure(cfg: KVBenchConfig, tok, root: Path) -> tuple[dict, dict]:
 
 # ------------------------------------------------------------------ the bench
 def run_bench(cfg: KVBenchConfig) -> dict:
+    # Each engine in an engine-core process of its own, not in this one (the CPU default): vLLM keeps the
+    # KV connector in a process-wide global, so a plain engine beside a connector engine in one process
+    # would find the other's connector; and a restart is a new process.
+    os.environ.update(in_process_engine_env(False))
     apply_cpu_defaults()
     from transformers import AutoTokenizer
 

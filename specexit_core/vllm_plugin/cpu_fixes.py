@@ -21,12 +21,31 @@ can trigger it. The fix hides CPU generators from that rewind (only for the disc
 during the call): the discarded sample then advances the request's CPU generator, so a seeded
 request stays valid and reproducible for the same schedule, but its sample stream can differ
 from one where its prefill was not split.
+
+A third: an engine whose core runs in a process that has imported numba cannot start. At start-up the
+CPU platform swaps its C++ kernels in for the Triton ones (`register_triton_kernel_overrides`), and
+`vllm.triton_utils.dispatcher._rebind_kernels` reads `vars(value).get("kernel")` of every attribute
+of every loaded module; llvmlite's `ffi.lib` (loaded with numba) answers any attribute, `__dict__`
+included, with an object that has no `.get`: "'_lib_fn_wrapper' object has no attribute 'get'". The
+plugin's own step kernels import numba at the hook's first step, so the second in-process engine of
+a process (an offline `LLM` on CPU: `specexit_core.vllm_env.apply_cpu_defaults`) met it. The fix
+gives that module a `vars` that treats an object whose `__dict__` is not a dict as having none:
+such an object holds no kernel.
+
+A fourth, for the same in-process engines: vLLM keeps its parallel groups (world, TP, PP) in module
+globals, one set per process, and `EngineCore.shutdown` tears them down (`cleanup_dist_env_and_memory`).
+Two engines in one process share them, so shutting one down broke the other's next step ("pipeline
+model parallel group is not initialized"): a bench that measures several engines, a test module's
+engines. The fix counts the live engine cores of the process: the last one out tears the groups down,
+the others leave them to it (and still collect their garbage).
 """
 
 from __future__ import annotations
 
 import functools
+import gc
 import logging
+import weakref
 
 import numpy as np
 import torch
@@ -70,13 +89,56 @@ def without_cpu_generator_rewind(bookkeeping_sync):
     return wrapper
 
 
+def dict_vars(obj) -> dict:
+    """`vars(obj)` when it is a dict, else {} (an object that answers any attribute, `__dict__` too)."""
+    d = vars(obj)
+    return d if isinstance(d, dict) else {}
+
+
+_LIVE_CORES: weakref.WeakSet = weakref.WeakSet()  # this process's engine cores, not yet shut down
+
+
+def last_core_tears_down(core_cls) -> None:
+    """Wrap `EngineCore.__init__` / `.shutdown` (vllm/v1/engine/core.py): a core that shuts down while
+    another core of this process is live leaves the process's parallel groups in place."""
+    from vllm.v1.engine import core as core_module
+
+    init, shutdown = core_cls.__init__, core_cls.shutdown
+
+    @functools.wraps(init)
+    def counted_init(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        _LIVE_CORES.add(self)
+
+    @functools.wraps(shutdown)
+    def counted_shutdown(self):
+        _LIVE_CORES.discard(self)
+        if not _LIVE_CORES:
+            return shutdown(self)
+        cleanup = core_module.cleanup_dist_env_and_memory
+        core_module.cleanup_dist_env_and_memory = gc.collect  # what the cleanup does besides the groups on CPU
+        try:
+            return shutdown(self)
+        finally:
+            core_module.cleanup_dist_env_and_memory = cleanup
+
+    counted_shutdown._specexit_fix = True
+    core_cls.__init__, core_cls.shutdown = counted_init, counted_shutdown
+
+
 def install_cpu_fixes() -> bool:
-    """Patch the rejection sampler and the seeded-request rewind on the CPU platform; returns
-    whether it patched."""
+    """Patch the rejection sampler, the seeded-request rewind and the kernel rebinding on the CPU
+    platform; returns whether it patched."""
     from vllm.platforms import current_platform
 
     if not current_platform.is_cpu():
         return False
+    from vllm.triton_utils import dispatcher
+    from vllm.v1.engine.core import EngineCore
+
+    dispatcher.vars = dict_vars  # a module global shadows the builtin in `_rebind_kernels`
+    if not getattr(EngineCore.shutdown, "_specexit_fix", False):
+        last_core_tears_down(EngineCore)
     from vllm.v1.sample import rejection_sampler as rs
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 

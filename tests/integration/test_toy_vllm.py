@@ -43,12 +43,15 @@ def test_vllm_chat_template_and_reasoning_tokens(llm):
     assert "</think>" in text and grade(text, 32)
 
 
-def test_one_cpu_rank_runs_the_model_in_the_engine_core_process(llm):
-    """The plugin's one-rank rule (specexit_core/vllm_plugin/cpu_uniprocess.py): the offline engine is this
-    process and its engine core, with no worker process importing torch and vLLM again; the greedy
-    equality above ran on that layout."""
+def test_the_offline_engine_and_its_model_run_in_this_process(llm):
+    """The CPU defaults (specexit_core/vllm_env.py `apply_cpu_defaults`): the offline engine's core is
+    this process (no engine-core process importing torch and vLLM again), and the plugin's one-rank rule
+    (specexit_core/vllm_plugin/cpu_uniprocess.py) runs the model there too, with no worker process; the
+    greedy equality above ran on that layout."""
     import psutil
+    from vllm.v1.engine.core_client import InprocClient
 
+    assert isinstance(llm.llm_engine.engine_core, InprocClient)
     assert llm.llm_engine.vllm_config.parallel_config.distributed_executor_backend == "uni"
     names = [p.name() for p in psutil.Process().children(recursive=True)]
-    assert any("EngineCore" in n for n in names) and not [n for n in names if "Worker" in n], names
+    assert not [n for n in names if "EngineCore" in n or "Worker" in n], names

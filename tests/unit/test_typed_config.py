@@ -137,7 +137,8 @@ def test_engine_actors_get_the_engine_core_mode(engine_core, gpu, tp, in_process
 
     e = EngineConfig(model="m", engine_core=engine_core, tensor_parallel_size=tp)
     env = engine_env(e, gpu)
-    assert (env.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0") is in_process
+    # said both ways: the actor would otherwise inherit whatever its raylet's environment says
+    assert env["VLLM_ENABLE_V1_MULTIPROCESSING"] == ("0" if in_process else "1")
     assert ("VLLM_CPU_KVCACHE_SPACE" in env) is not gpu
 
 
