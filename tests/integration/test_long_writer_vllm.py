@@ -19,9 +19,12 @@ def test_vllm_loads_the_long_writer_and_writes_the_walk():
     from specexit_core.teachers.long_writer_task import prompts
 
     llm = make_long_writer_llm()
-    res = vllm_check(llm, length=LENGTH, n_prompts=2, seed=1)
-    assert llm.llm_engine.model_config.max_model_len == 20480
-    assert llm.llm_engine.model_config.get_sliding_window() == 1024
+    try:
+        res = vllm_check(llm, length=LENGTH, n_prompts=2, seed=1)
+        assert llm.llm_engine.model_config.max_model_len == 20480
+        assert llm.llm_engine.model_config.get_sliding_window() == 1024
+    finally:  # the engine runs in this process (apply_cpu_defaults): its memory goes back at shutdown
+        llm.llm_engine.engine_core.shutdown()
     assert all(r["tokens"] == LENGTH and r["correct"] >= 0.95 for r in res["prompts"])
 
     torch.set_num_threads(1)
