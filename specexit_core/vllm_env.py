@@ -202,6 +202,8 @@ def bind_this_process(bind: str) -> None:
     try:
         import torch
 
-        torch.set_num_threads(len(cores))
+        # torch._C's setter: in a process that has run an in-process CPU engine, vLLM's CPU worker has
+        # replaced `torch.set_num_threads` with a no-op (it protects that engine's thread binding)
+        torch._C.set_num_threads(len(cores))
     except ImportError:
         pass
