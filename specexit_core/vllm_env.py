@@ -85,8 +85,8 @@ def apply_cpu_defaults(kv_cache_gib: int = 1) -> None:
     """This process's CPU defaults, before it starts an engine. Idempotent; explicit user settings win.
 
     Its offline engines (`vllm.LLM`) run their engine core in this process (`in_process_engine_env`):
-    a separate engine-core process imports torch and vLLM again for nothing on CPU, ~12 s and ~12 CPU-s
-    per engine (six toy engines one after another: 110-120 s against 40-41 s,
+    a separate engine-core process imports torch and vLLM again for nothing on CPU, ~12-16 s and as many
+    CPU-s per engine (six toy engines in one process: 128 s against 35 s, `studies/bench_offline_engines.py`,
     docs/results/engine_start/in_process_offline_cpu.json); the engines' speed is the same. The async
     engine (Serve replicas, `vllm serve`, Ray Data LLM) keeps its engine core in a process of its own
     either way."""

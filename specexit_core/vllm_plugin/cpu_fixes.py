@@ -127,8 +127,8 @@ def last_core_tears_down(core_cls) -> None:
 
 
 def install_cpu_fixes() -> bool:
-    """Patch the rejection sampler, the seeded-request rewind and the kernel rebinding on the CPU
-    platform; returns whether it patched."""
+    """Patch the rejection sampler, the seeded-request rewind, the kernel rebinding and the engine
+    cores' teardown of the shared parallel groups on the CPU platform; returns whether it patched."""
     from vllm.platforms import current_platform
 
     if not current_platform.is_cpu():
