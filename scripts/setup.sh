@@ -50,15 +50,20 @@ fi
 
 echo "[setup] installing specexit[$STACK,dev] with $INSTALLER (~3 GB)"
 if [ "$INSTALLER" = uv ]; then
-  .venv/bin/pip install -q 'uv>=0.13,<0.14'
   install=(.venv/bin/uv pip install -q --python .venv/bin/python --compile-bytecode)
   uninstall=(.venv/bin/uv pip uninstall -q --python .venv/bin/python)
+  if ! { .venv/bin/pip install -q 'uv>=0.13,<0.14' && "${install[@]}" "${idx_args[@]}" -e ".[$STACK,dev]"; }; then
+    # a machine where uv cannot install (no uv wheel, an index only pip's config knows): pip, from scratch
+    echo "[setup] the install with uv failed; installing with pip instead" >&2
+    rm -rf .venv
+    exec env SPECEXIT_INSTALLER=pip bash scripts/setup.sh  # the cwd is the checkout (above)
+  fi
 else
   .venv/bin/pip install -q --upgrade pip
   install=(.venv/bin/pip install -q)
   uninstall=(.venv/bin/pip uninstall -q -y)
+  "${install[@]}" "${idx_args[@]}" -e ".[$STACK,dev]"
 fi
-"${install[@]}" "${idx_args[@]}" -e ".[$STACK,dev]"
 
 if [ "$STACK" = cpu ]; then
   # pip picks CUDA builds of these; `import vllm` then dies with
